@@ -1,0 +1,3 @@
+from slurmgen.cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""`slurmgen` command line: render (and, later, check). Errors are one line, exit status 2."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+
+import click
+
+from slurmgen import __version__
+from slurmgen.options import job_options, spec_from_options
+from slurmgen.plan import materialize, summary
+from slurmgen.render import render
+from slurmgen.spec import SpecError
+
+USAGE_ERROR = 2
+
+
+def fail(message: str, status: int = USAGE_ERROR):
+    """One line on stderr, no traceback."""
+    click.echo(f"slurmgen: error: {message}", err=True)
+    sys.exit(status)
+
+
+def _check_output_path(output: str) -> None:
+    if output == "-":
+        return
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise SpecError(f"-o {output!r}: directory {parent!r} does not exist")
+    if os.path.isdir(output):
+        raise SpecError(f"-o {output!r}: is a directory; give a file name")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write to a temporary file beside the target, then rename: never a half-written script."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".slurmgen-", suffix=".sh", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def invoked_command() -> str:
+    return shlex.join(["slurmgen", *sys.argv[1:]])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmgen")
+def cli():
+    """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included."""
+
+
+@cli.command("render")
+@click.option("-o", "--output", default="generated.sh", show_default=True,
+              help="Where to write the script; - for stdout.")
+@job_options
+def render_command(output, **params):
+    """Write an sbatch script for the layout: `slurmgen render --nodes 4 --gpus 1,1,2,2 -- --max_steps 100`."""
+    try:
+        _check_output_path(output)
+        spec = spec_from_options(params)
+    except SpecError as err:
+        fail(str(err))
+    plan = materialize(spec)
+    text = render(plan, command=invoked_command())
+    os.makedirs(spec.log_dir, exist_ok=True)
+    to_stdout = output == "-"
+    if to_stdout:
+        sys.stdout.write(text)
+    else:
+        write_atomically(output, text)
+    info = summary(plan)
+    if not to_stdout:
+        info += f"\nwrote {output}; logs go to {spec.log_dir}\nsubmit with: sbatch {shlex.quote(output)}"
+    click.echo(info, err=to_stdout)
+
+
+def main():
+    """Console entry point: click errors become one line and exit status 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("aborted", 130)
+    except click.ClickException as err:
+        fail(err.format_message(), err.exit_code if err.exit_code != 1 else 1)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The job options, defined once and shared by `slurmgen render`, `check` and `python -m slurmgen.submit`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from slurmgen.spec import (DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env, parse_gpus,
+                           parse_port_range)
+
+# (param decls, click keyword arguments); the order here is the order in --help.
+JOB_OPTIONS = [
+    (("--nodes", "-N"), dict(type=int, default=1, show_default=True, help="Number of nodes.")),
+    (("--gpus", "-G"), dict(default="1", show_default=True, metavar="G[,G...]",
+                            help="GPUs per node: one count for all nodes, or one per node (1,1,2,2).")),
+    (("--job-name", "-J"), dict(default="slurmgen", show_default=True, help="Slurm job name.")),
+    (("--partition", "-p"), dict(default=None, help="Slurm partition.")),
+    (("--account", "-A"), dict(default=None, help="Slurm account to charge.")),
+    (("--qos",), dict(default=None, help="Slurm quality of service.")),
+    (("--time", "-t"), dict(default=None, help="Time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")),
+    (("--cpus-per-gpu",), dict(type=int, default=4, show_default=True, help="CPU cores per GPU.")),
+    (("--mem",), dict(default=None, help="Memory per node, e.g. 64G (0 = all of it).")),
+    (("--constraint", "-C"), dict(default=None, help="Node features required (Slurm --constraint).")),
+    (("--nodelist", "-w"), dict(default=None, metavar="HOSTLIST",
+                                help="Exact hosts, one per node in --gpus order, e.g. node[1-4].")),
+    (("--exclude", "-x"), dict(default=None, metavar="HOSTLIST", help="Hosts never to use.")),
+    (("--log-dir",), dict(default="logs", show_default=True,
+                          help="Directory for the job log; created now, since Slurm opens the log before the job starts.")),
+    (("--env", "-e"), dict(multiple=True, metavar="KEY=VALUE", help="Environment variable for every rank (repeatable).")),
+    (("--setup",), dict(multiple=True, metavar="LINE",
+                        help="Shell line run before launching, e.g. 'module load cuda' (repeatable).")),
+    (("--setup-file",), dict(default=None, type=click.Path(dir_okay=False),
+                             help="File of setup lines, run before launching.")),
+    (("--launcher",), dict(type=click.Choice(LAUNCHERS), default="torchrun", show_default=True,
+                           help="How ranks start: torchrun agent per node, srun task per GPU, or accelerate (uniform layouts only).")),
+    (("--module", "-m"), dict(default=DEFAULT_MODULE, show_default=True, help="Python module to train with.")),
+    (("--script",), dict(default=None, help="A Python script to run instead of --module.")),
+    (("--python",), dict(default="python3", show_default=True, help="Python on the compute nodes (srun launcher).")),
+    (("--master-port",), dict(type=int, default=None, help="Rendezvous port [default: derived from the job id]." )),
+    (("--port-range",), dict(default="20000-29999", show_default=True, help="Range for the derived port.")),
+    (("--grace",), dict(type=int, default=180, show_default=True,
+                        help="Seconds before the time limit at which ranks checkpoint and the job requeues.")),
+    (("--max-restarts",), dict(type=int, default=3, show_default=True,
+                               help="How often a job stopped at its time limit is requeued.")),
+    (("--rdzv-timeout",), dict(type=int, default=300, show_default=True, help="Seconds to wait for every node to join.")),
+    (("--collective-timeout",), dict(type=int, default=600, show_default=True,
+                                     help="Seconds a collective may hang before the job fails.")),
+    (("--preflight/--no-preflight",), dict(default=True, show_default=True,
+                                           help="Compare every node's software before training.")),
+]
+
+
+def job_options(func):
+    """Decorate a click command with every job option, then the training arguments after --."""
+    func = click.argument("train_args", nargs=-1, type=click.UNPROCESSED)(func)
+    for decls, kwargs in reversed(JOB_OPTIONS):
+        func = click.option(*decls, **kwargs)(func)
+    return func
+
+
+def option_names() -> list[str]:
+    """Parameter names of the job options (as click passes them)."""
+    return [decls[0].lstrip("-").split("/")[0].replace("-", "_") for decls, _ in JOB_OPTIONS]
+
+
+def _read_setup_file(path: str) -> list[str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise SpecError(f"--setup-file {path!r}: {err.strerror}") from None
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def spec_from_options(params: dict) -> JobSpec:
+    """click parameters -> validated JobSpec. Raises SpecError with one user-facing line."""
+    gpus = parse_gpus(params["gpus"], params["nodes"])
+    setup = list(params["setup"])
+    if params.get("setup_file"):
+        setup += _read_setup_file(params["setup_file"])
+    nodelist = ()
+    if params.get("nodelist"):
+        import hostlist  # python-hostlist; expands node[1-4]
+
+        try:
+            nodelist = tuple(hostlist.expand_hostlist(params["nodelist"]))
+        except hostlist.BadHostlist as err:
+            raise SpecError(f"--nodelist {params['nodelist']!r}: {err}") from None
+    script = params.get("script")
+    if script is not None and not os.path.isfile(script):
+        raise SpecError(f"--script {script!r}: no such file")
+    spec = JobSpec(
+        gpus=gpus,
+        job_name=params["job_name"],
+        partition=params["partition"],
+        account=params["account"],
+        qos=params["qos"],
+        time=params["time"],
+        cpus_per_gpu=params["cpus_per_gpu"],
+        mem=params["mem"],
+        constraint=params["constraint"],
+        nodelist=nodelist,
+        exclude=params["exclude"],
+        log_dir=os.path.abspath(params["log_dir"]),
+        env=parse_env(params["env"]),
+        setup=tuple(setup),
+        master_port=params["master_port"],
+        port_range=parse_port_range(params["port_range"]),
+        launcher=params["launcher"],
+        module=params["module"],
+        script=os.path.abspath(script) if script else None,
+        train_args=tuple(params["train_args"]),
+        python=params["python"],
+        grace=params["grace"],
+        max_restarts=params["max_restarts"],
+        rdzv_timeout=params["rdzv_timeout"],
+        collective_timeout=params["collective_timeout"],
+        preflight=params["preflight"],
+    )
+    return spec.validate()

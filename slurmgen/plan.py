@@ -1,0 +1,103 @@
+"""Plan: how a JobSpec maps onto Slurm. Pure functions, no I/O.
+
+Nodes with the same GPU count form one heterogeneous-job component, in order of first appearance,
+so the script grows with the number of distinct counts, not with nodes. Node ranks run through
+component 0's nodes first, then component 1's, so global rank 0 sits on the first node of
+component 0, which is MASTER_ADDR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import hostlist
+
+from slurmgen.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Component:
+    index: int
+    nodes: int
+    gpus_per_node: int
+    node_offset: int        # node ranks that come before this component
+    rank_offset: int        # global ranks that come before this component
+    tasks_per_node: int     # 1 (torchrun/accelerate agent per node) or one per GPU (srun)
+    cpus_per_task: int
+    nodelist: str = ""      # compressed host list when the user pinned nodes
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: JobSpec
+    components: tuple[Component, ...]
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len(self.components) > 1
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(c.nodes for c in self.components)
+
+    @property
+    def world_size(self) -> int:
+        return sum(c.ranks for c in self.components)
+
+    def node_ranks(self) -> list[tuple[int, list[int]]]:
+        """(node rank, global ranks on it) in node-rank order."""
+        out = []
+        for comp in self.components:
+            for i in range(comp.nodes):
+                first = comp.rank_offset + i * comp.gpus_per_node
+                out.append((comp.node_offset + i, list(range(first, first + comp.gpus_per_node))))
+        return out
+
+
+def group_nodes(gpus: tuple[int, ...]) -> list[tuple[int, list[int]]]:
+    """GPU count -> node positions having it, in order of first appearance."""
+    groups: dict[int, list[int]] = {}
+    for position, count in enumerate(gpus):
+        groups.setdefault(count, []).append(position)
+    return list(groups.items())
+
+
+def materialize(spec: JobSpec) -> Plan:
+    """The whole job layout, computed once; templates only loop over it."""
+    per_gpu_tasks = spec.launcher == "srun"
+    components = []
+    node_offset = rank_offset = 0
+    for index, (count, positions) in enumerate(group_nodes(spec.gpus)):
+        hosts = [spec.nodelist[p] for p in positions] if spec.nodelist else []
+        tasks = count if per_gpu_tasks else 1
+        cpus = spec.cpus_per_gpu if per_gpu_tasks else spec.cpus_per_gpu * count
+        components.append(Component(
+            index=index, nodes=len(positions), gpus_per_node=count,
+            node_offset=node_offset, rank_offset=rank_offset,
+            tasks_per_node=tasks, cpus_per_task=cpus,
+            nodelist=hostlist.collect_hostlist(hosts) if hosts else "",
+        ))
+        node_offset += len(positions)
+        rank_offset += len(positions) * count
+    return Plan(spec=spec, components=tuple(components))
+
+
+def summary(plan: Plan) -> str:
+    """The few lines `render` prints: components, ranks per node, world size."""
+    lines = []
+    kind = "heterogeneous job" if plan.heterogeneous else "job"
+    lines.append(f"{kind}: {plan.total_nodes} node(s), world size {plan.world_size},"
+                 f" launcher {plan.spec.launcher}")
+    for comp in plan.components:
+        first, last = comp.rank_offset, comp.rank_offset + comp.ranks - 1
+        where = f" on {comp.nodelist}" if comp.nodelist else ""
+        lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node} GPU(s){where},"
+                     f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
+                     f" global ranks {first}-{last}")
+    per_node = " | ".join(",".join(map(str, ranks)) for _, ranks in plan.node_ranks())
+    lines.append(f"  ranks per node: {per_node}")
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""JobSpec: the validated, frozen description of one training job.
+
+Every user value is checked here, once, so that planning and rendering can trust it. A bad value
+raises SpecError with one line that names the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+LAUNCHERS = ("torchrun", "srun", "accelerate")
+DEFAULT_MODULE = "train.sft"
+DEFAULT_PORT_RANGE = (20000, 29999)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_MEM = re.compile(r"[0-9]+[KMGT]?\Z")
+# Names Slurm takes in #SBATCH lines (partition, account, qos, node lists, features).
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
+_LOG_DIR = re.compile(r"[^\s'\"\\%]+\Z")
+_JOB_NAME = re.compile(r"[A-Za-z0-9_.:+@=,\-]+\Z")
+# Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+_TIME_FORMS = (
+    (re.compile(r"(\d+)\Z"), ("m",)),
+    (re.compile(r"(\d+):(\d{1,2})\Z"), ("m", "s")),
+    (re.compile(r"(\d+):(\d{1,2}):(\d{1,2})\Z"), ("h", "m", "s")),
+    (re.compile(r"(\d+)-(\d+)\Z"), ("d", "h")),
+    (re.compile(r"(\d+)-(\d+):(\d{1,2})\Z"), ("d", "h", "m")),
+    (re.compile(r"(\d+)-(\d+):(\d{1,2}):(\d{1,2})\Z"), ("d", "h", "m", "s")),
+)
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+class SpecError(ValueError):
+    """A user value is not acceptable; the message is the one line shown to the user."""
+
+
+def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
+    """'1,1,2,2' -> (1, 1, 2, 2); a single count applies to every node."""
+    if nodes < 1:
+        raise SpecError(f"--nodes {nodes}: must be a positive integer")
+    parts = [p.strip() for p in str(text).split(",")]
+    counts = []
+    for part in parts:
+        if not part.isdigit() or int(part) < 1:
+            raise SpecError(f"--gpus {text!r}: {part!r} is not a positive integer GPU count")
+        counts.append(int(part))
+    if len(counts) == 1:
+        return tuple(counts * nodes)
+    if len(counts) != nodes:
+        raise SpecError(
+            f"--gpus {text!r}: {len(counts)} counts given for --nodes {nodes};"
+            f" give one count per node or a single count for all"
+        )
+    return tuple(counts)
+
+
+def parse_time(text: str) -> Optional[int]:
+    """Slurm --time to seconds; None for UNLIMITED/INFINITE."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    for pattern, units in _TIME_FORMS:
+        match = pattern.match(text)
+        if match:
+            return sum(int(v) * _UNIT_SECONDS[u] for v, u in zip(match.groups(), units))
+    raise SpecError(
+        f"--time {text!r}: not a Slurm time; use MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+    )
+
+
+def parse_env(items) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"--env {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        if not _ENV_NAME.match(key):
+            raise SpecError(
+                f"--env {item!r}: {key!r} is not a valid variable name"
+                " (letters, digits and _, not starting with a digit)"
+            )
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)-(\d+)\Z", str(text))
+    if not match:
+        raise SpecError(f"--port-range {text!r}: expected LOW-HIGH, e.g. 20000-29999")
+    low, high = int(match.group(1)), int(match.group(2))
+    if not 1024 <= low <= high <= 65535:
+        raise SpecError(f"--port-range {text!r}: need 1024 <= LOW <= HIGH <= 65535")
+    return low, high
+
+
+def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
+    if value is not None and not pattern.match(value):
+        raise SpecError(f"{option} {value!r}: contains characters Slurm does not accept here")
+
+
+def _check_no_newline(option: str, value: str) -> None:
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise SpecError(f"{option} {value!r}: must be a single line")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the user asked for. Construct through `JobSpec.create` (validates) or directly in tests."""
+
+    gpus: tuple[int, ...]
+    job_name: str = "slurmgen"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: Optional[str] = None
+    cpus_per_gpu: int = 4
+    mem: Optional[str] = None
+    constraint: Optional[str] = None
+    nodelist: tuple[str, ...] = ()
+    exclude: Optional[str] = None
+    log_dir: str = "logs"
+    env: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
+    master_port: Optional[int] = None
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    launcher: str = "torchrun"
+    module: Optional[str] = DEFAULT_MODULE
+    script: Optional[str] = None
+    train_args: tuple[str, ...] = ()
+    python: str = "python3"
+    grace: int = 180
+    max_restarts: int = 3
+    rdzv_timeout: int = 300
+    collective_timeout: int = 600
+    preflight: bool = True
+
+    @property
+    def nodes(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def time_seconds(self) -> Optional[int]:
+        return parse_time(self.time) if self.time else None
+
+    def validate(self) -> "JobSpec":
+        if not self.gpus:
+            raise SpecError("--nodes: at least one node is needed")
+        if self.launcher not in LAUNCHERS:
+            raise SpecError(f"--launcher {self.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+        if self.launcher == "accelerate" and len(set(self.gpus)) > 1:
+            layout = ",".join(map(str, self.gpus))
+            raise SpecError(
+                f"--launcher accelerate cannot run the uneven layout {layout}: accelerate starts"
+                " num_processes // num_machines processes on every node; use --launcher torchrun"
+            )
+        if not _JOB_NAME.match(self.job_name):
+            raise SpecError(
+                f"--job-name {self.job_name!r}: use letters, digits and . _ - + : @ = , only"
+            )
+        for option, value in (("--partition", self.partition), ("--account", self.account),
+                              ("--qos", self.qos), ("--exclude", self.exclude)):
+            _check_word(option, value)
+        _check_word("--constraint", self.constraint, _CONSTRAINT)
+        for host in self.nodelist:
+            _check_word("--nodelist", host)
+        if self.nodelist and len(self.nodelist) != self.nodes:
+            raise SpecError(
+                f"--nodelist {','.join(self.nodelist)!r}: names {len(self.nodelist)} nodes"
+                f" for --nodes {self.nodes}; give exactly one host per node"
+            )
+        if self.time is not None:
+            seconds = parse_time(self.time)
+            if seconds is not None and seconds <= self.grace:
+                raise SpecError(
+                    f"--time {self.time!r}: must be longer than the --grace period of {self.grace} s"
+                )
+        if self.cpus_per_gpu < 1:
+            raise SpecError(f"--cpus-per-gpu {self.cpus_per_gpu}: must be a positive integer")
+        if self.mem is not None and not _MEM.match(self.mem):
+            raise SpecError(f"--mem {self.mem!r}: expected a size such as 64G, 512M or 0 (all)")
+        if self.master_port is not None and not 1024 <= self.master_port <= 65535:
+            raise SpecError(f"--master-port {self.master_port}: must be between 1024 and 65535")
+        if self.grace < 0:
+            raise SpecError(f"--grace {self.grace}: must be zero or more seconds")
+        if self.max_restarts < 0:
+            raise SpecError(f"--max-restarts {self.max_restarts}: must be zero or more")
+        if self.rdzv_timeout < 1:
+            raise SpecError(f"--rdzv-timeout {self.rdzv_timeout}: must be a positive number of seconds")
+        if self.collective_timeout < 1:
+            raise SpecError(
+                f"--collective-timeout {self.collective_timeout}: must be a positive number of seconds"
+            )
+        self._validate_target()
+        for line in self.setup:
+            _check_no_newline("--setup", line)
+        if not _LOG_DIR.match(self.log_dir):
+            raise SpecError(
+                f"--log-dir {self.log_dir!r}: Slurm's #SBATCH --output cannot hold whitespace,"
+                " quotes, backslashes or %; choose a plainer path"
+            )
+        _check_no_newline("--python", self.python)
+        return self
+
+    def _validate_target(self) -> None:
+        if self.script and self.module and self.module != DEFAULT_MODULE:
+            raise SpecError(f"--script {self.script!r} and --module {self.module!r}: choose one")
+        if self.script is not None:
+            if not os.path.isfile(self.script):
+                raise SpecError(f"--script {self.script!r}: no such file")
+        elif not self.module or not _MODULE.match(self.module):
+            raise SpecError(f"--module {self.module!r}: not a Python module name such as train.sft")
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """('module', 'train.sft') or ('script', '/abs/path.py')."""
+        if self.script is not None:
+            return "script", self.script
+        return "module", self.module
