@@ -52,7 +52,22 @@ def invoked_command() -> str:
     return shlex.join(["slurmgen", *sys.argv[1:]])
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Bad input gets one line and exit status 2, not click's usage block or a traceback."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            fail("aborted", 130)
+        except click.ClickException as err:
+            fail(err.format_message(), USAGE_ERROR)
+        except click.exceptions.Exit as exit_:
+            sys.exit(exit_.exit_code)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurmgen")
 def cli():
     """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included."""
@@ -84,15 +99,7 @@ def render_command(output, **params):
 
 
 def main():
-    """Console entry point: click errors become one line and exit status 2."""
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        fail("aborted", 130)
-    except click.ClickException as err:
-        fail(err.format_message(), err.exit_code if err.exit_code != 1 else 1)
-    except click.exceptions.Exit as exit_:
-        sys.exit(exit_.exit_code)
+    cli()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-import importlib.resources
+import importlib.util
 import shlex
 from pathlib import Path
 
@@ -14,13 +14,11 @@ from slurmgen.plan import Plan
 
 
 def template_dir() -> Path:
-    """Templates ship inside the wheel as slurmgen.templates; a checkout keeps them in templates/."""
-    try:
-        installed = importlib.resources.files("slurmgen.templates")
-        if installed.joinpath("job.sh.j2").is_file():
-            return Path(str(installed))
-    except ModuleNotFoundError:
-        pass
+    """Templates ship inside the wheel as slurmgen/templates; a checkout keeps them in templates/."""
+    spec = importlib.util.find_spec("slurmgen.templates")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "job.sh.j2").is_file():
+            return Path(location)
     return Path(__file__).resolve().parent.parent / "templates"
 
 
@@ -57,6 +55,17 @@ def _component_name(comp) -> str:
     return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} {gpus})"
 
 
+def run_length(counts) -> str:
+    """1,1,2,2 -> 1(x2),2(x2): Slurm's own compact form, so 1024 nodes stay one short line."""
+    runs: list[list[int]] = []
+    for count in counts:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in runs)
+
+
 def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
     context = {
@@ -66,6 +75,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "command": command,
         "target": spec.target,
         "log_dir": spec.log_dir,
+        "layout": run_length(spec.gpus),
         "nodelist_var": "SLURM_JOB_NODELIST_HET_GROUP_0" if plan.heterogeneous else "SLURM_JOB_NODELIST",
         "port_span": spec.port_range[1] - spec.port_range[0] + 1,
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],

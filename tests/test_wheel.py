@@ -1,0 +1,37 @@
+"""A wheel built from the repo, installed in a fresh venv outside the checkout, renders."""
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(300)
+def test_wheel_installs_and_finds_templates(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheels), str(REPO)], check=True, cwd=tmp_path)
+    wheel = next(wheels.glob("slurmgen-*.whl"))
+    fresh = tmp_path / "fresh"
+    venv.create(fresh, with_pip=True)
+    # Dependencies come from the test venv (no network); slurmgen itself only from the wheel.
+    site = Path(sysconfig.get_paths()["purelib"])
+    fresh_site = next((fresh / "lib").glob("python3*/site-packages"))
+    (fresh_site / "deps.pth").write_text(f"{site}\n")
+    subprocess.run([fresh / "bin" / "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                   check=True, cwd=tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    result = subprocess.run([fresh / "bin" / "slurmgen", "render", "--nodes", "4", "--gpus", "1,1,2,2"],
+                            cwd=work, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "world size 6" in result.stdout
+    assert (work / "generated.sh").read_text().count("srun --het-group=") == 2
+    where = subprocess.run([fresh / "bin" / "python", "-c",
+                            "import slurmgen.render as r; print(r.template_dir())"],
+                           cwd=work, capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(fresh)), where
