@@ -98,6 +98,21 @@ def render_command(output, **params):
     click.echo(info, err=to_stdout)
 
 
+@cli.command("watch")
+@click.argument("job_id")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="The training output directory, for steps and loss from progress.jsonl.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+def watch_command(job_id, output_dir, interval, timeout):
+    """Follow JOB_ID until it ends: state, step, loss. Exit 0 only if it COMPLETED."""
+    from slurmgen.watch import watch
+
+    state = watch(job_id, output_dir and os.path.abspath(output_dir), interval, timeout)
+    click.echo(f"job {job_id}: {state}")
+    sys.exit(0 if state == "COMPLETED" else 1)
+
+
 def main():
     cli()
 

@@ -55,6 +55,8 @@ MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not run
 # Derived from the job id so that two jobs sharing a node do not collide.
 MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 export MASTER_ADDR MASTER_PORT
+# One thread per CPU a rank owns, unless the environment already says otherwise.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=43
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
 # Ranks poll this file and checkpoint when it appears (time limit or preemption warning).

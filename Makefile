@@ -1,0 +1,58 @@
+# `make demo` and `make test` work on a fresh machine: they create the venv and, as root,
+# install Debian's Slurm packages and start the local four-node cluster (tests/localcluster.sh).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CLUSTER := tests/localcluster.sh
+PYTEST_ARGS ?=
+
+.PHONY: venv system-deps test unit demo bench cluster-up cluster-down clean
+
+venv: $(VENV)/.installed
+
+# torch first and pinned: an open range would pull a multi-GB CUDA build.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[train,test]'
+	touch $@
+
+# Debian's slurm-wlm, munge and shellcheck; only root can install them.
+system-deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+		$(CLUSTER) install; \
+		command -v shellcheck >/dev/null || { apt-get install -y -qq shellcheck >/dev/null; }; \
+	else echo "not root: skipping Debian packages; cluster tests will skip"; fi
+
+# The whole suite against a fresh local cluster, which goes down again even when tests fail.
+test: venv system-deps
+	@started=0; \
+	if [ "$$(id -u)" = 0 ]; then \
+		bash tests/cluster_lifecycle.sh || exit 1; \
+		if ! $(CLUSTER) status >/dev/null 2>&1; then $(CLUSTER) up && started=1 || exit 1; fi; \
+	fi; \
+	status=0; \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$started = 1 ]; then $(CLUSTER) down; fi; \
+	exit $$status
+
+# Unit tests only: no cluster needed.
+unit: venv
+	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+demo: venv system-deps
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash tests/demo.sh
+
+bench: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash bench/run_all.sh
+
+cluster-up: system-deps
+	$(CLUSTER) up
+
+cluster-down:
+	$(CLUSTER) down
+
+clean:
+	rm -rf build dist *.egg-info demo-out generated.sh logs

@@ -1,0 +1,54 @@
+#!/bin/bash
+# `make demo`: the main job end to end. Builds the tiny offline assets, renders the 1,1,2,2 SFT
+# job, submits it, follows it (state, step, loss) and prints the result. Uses the configured
+# Slurm if there is one; otherwise starts the local four-node cluster and stops it afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+out=$repo/demo-out
+cluster=tests/localcluster.sh
+
+started=0
+if sinfo -h >/dev/null 2>&1; then
+    echo "demo: using the Slurm cluster that is already configured"
+else
+    echo "demo: no Slurm configured; starting the local four-node cluster (GPUs 1,1,2,2)"
+    "$cluster" install
+    "$cluster" up
+    started=1
+fi
+cleanup() { if (( started )); then "$cluster" down; fi; }
+trap cleanup EXIT
+
+rm -rf "$out"
+mkdir -p "$out"
+echo "demo: building tiny offline assets in $out/assets"
+python -m train.tiny "$out/assets"
+
+slurmgen render --nodes 4 --gpus 1,1,2,2 --cpus-per-gpu 2 --job-name slurmgen-demo \
+    --log-dir "$out/logs" --setup "source $repo/.venv/bin/activate" \
+    --env HF_HUB_OFFLINE=1 --env HF_DATASETS_OFFLINE=1 --env TOKENIZERS_PARALLELISM=false \
+    -o "$out/job.sh" -- \
+    --model_name_or_path "$out/assets/lm" --dataset_name "$out/assets/data/text.jsonl" \
+    --output_dir "$out/run" --max_steps 30 --save_steps 30 --per_device_train_batch_size 4 \
+    --learning_rate 3e-3 --logging_steps 1 --report_to none
+
+job=$(cd "$repo" && sbatch --parsable "$out/job.sh")
+echo "demo: submitted job $job"
+state=0
+slurmgen watch "$job" --output-dir "$out/run" --interval 1 || state=$?
+
+log=$(ls "$out"/logs/*.out 2>/dev/null | head -n 1)
+if (( state != 0 )); then
+    echo "demo: the job did not complete; the last lines of its log ($log):" >&2
+    tail -n 30 "$log" >&2
+    exit 1
+fi
+python - "$out/run/metrics.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(f"demo: world size {m['world_size']}, ranks per host {m['ranks_per_host']}")
+print(f"demo: loss {m['first_loss']:.4f} -> {m['last_loss']:.4f} over {m['global_step']} steps"
+      f" ({m['samples_per_second']:.1f} samples/s)")
+PY
+echo "demo: model and checkpoints in $out/run, job log in $log, script in $out/job.sh"
