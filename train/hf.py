@@ -1,0 +1,146 @@
+"""What train.sft and train.classify share around a transformers Trainer.
+
+Callbacks give the HF trainers the same contract as ddp_loop: progress.jsonl, complete-marked
+checkpoints, the stop file, and metrics.json at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from train import checkpoint, runtime
+from train.distenv import DistEnv
+
+
+def capability_defaults() -> dict[str, Any]:
+    """Defaults that depend on the machine, set on the parser BEFORE parsing.
+
+    TRL configs default to bf16 and fail in __post_init__ on a machine without bf16
+    support, so the choice must be made before the dataclasses are built.
+    """
+    bf16 = runtime.bf16_supported()
+    cuda = runtime.cuda_available()
+    return {
+        # Without use_cpu, accelerate on a GPU-less machine sets up no DDP at all: each rank
+        # would train alone. gloo explicitly: accelerate would take mpi where torch has it.
+        "use_cpu": not cuda,
+        "ddp_backend": None if cuda else "gloo",
+        "bf16": bf16,
+        "fp16": cuda and not bf16,  # pre-Ampere GPUs: fp16 mixed precision
+        # TRL turns activation checkpointing on by default; with tiny models and CPUs it only
+        # costs time. Off unless asked for (--activation_checkpointing / --gradient_checkpointing).
+        "gradient_checkpointing": None,
+        "ddp_timeout": runtime.collective_timeout(),
+        # HF turns find_unused_parameters on whenever checkpointing is off: an extra autograd
+        # traversal per step for models that use every parameter.
+        "ddp_find_unused_parameters": False,
+        "report_to": "none",
+    }
+
+
+def count_tokens_by_default(args, argv: list[str]) -> None:
+    """Count non-padding tokens (for tokens_per_second) unless the user chose otherwise.
+
+    Not a parser default: the flag parses as a bool, and argparse would run a string
+    default through that conversion.
+    """
+    given = any(a.split("=", 1)[0].replace("-", "_") == "--include_num_input_tokens_seen" for a in argv)
+    if not given:
+        args.include_num_input_tokens_seen = "non_padding"
+
+
+def parse_or_usage_error(parse):
+    """HF parsers raise ValueError for unknown or invalid arguments: report them in one line."""
+    try:
+        return parse()
+    except ValueError as exc:
+        raise runtime.UsageError(str(exc).strip().splitlines()[0]) from None
+
+
+def global_batch(args) -> int:
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
+
+
+class ContractCallback(TrainerCallback):
+    """progress.jsonl, checkpoint markers and the stop file for an HF Trainer."""
+
+    def __init__(self, denv: DistEnv, progress: runtime.ProgressLog):
+        self.denv = denv
+        self.progress = progress
+        self.stopped_at: int | None = None
+        self.t_begin = self.t_end = 0.0
+        self.step_begin = 0
+        self.tokens_begin = 0
+        self.tokens_end = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.progress.max_steps = state.max_steps
+        self.step_begin = state.global_step
+        self.tokens_begin = state.num_input_tokens_seen
+        self.progress.start(state.global_step)
+        self.t_begin = time.time()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.progress.log(state.global_step, logs["loss"])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # Every rank gets here at every optimizer step, so the all_reduce inside lines up.
+        if state.global_step < state.max_steps and runtime.stop_requested(self.denv.is_main):
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        # The marker goes in last, once every rank has written its part (e.g. RNG state).
+        runtime.barrier()
+        if state.is_world_process_zero:
+            checkpoint.mark_complete(
+                checkpoint.checkpoint_path(args.output_dir, state.global_step), state.global_step
+            )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.t_end = time.time()
+        self.tokens_end = state.num_input_tokens_seen
+
+
+def train_and_finish(trainer, denv: DistEnv, extra_after=None) -> dict[str, Any]:
+    """Resume if possible, train, then write metrics. ``extra_after(stopped)`` adds metrics."""
+    args = trainer.args
+    progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch(args))
+    cb = ContractCallback(denv, progress)
+    trainer.add_callback(cb)
+
+    resume = runtime.decide_resume(args.output_dir, denv)
+    result = trainer.train(resume_from_checkpoint=None if resume is None else resume[1])
+    state = trainer.state
+    stopped = cb.stopped_at is not None
+    extra = extra_after(stopped) if extra_after else {}
+    tokens = cb.tokens_end - cb.tokens_begin if args.include_num_input_tokens_seen != "no" else None
+    return runtime.finish(
+        args.output_dir,
+        denv,
+        global_step=state.global_step,
+        start_step=cb.step_begin,
+        resumed_from_step=None if resume is None else resume[0],
+        progress=progress,
+        train_loss=result.training_loss if state.global_step > cb.step_begin else None,
+        elapsed=max(cb.t_end - cb.t_begin, 0.0),
+        global_batch=global_batch(args),
+        tokens=tokens,
+        stopped_early=stopped,
+        model=trainer.model,
+        extra=extra,
+    )
+
+
+def touch_distributed(args) -> None:
+    """Bring up the process group (accelerate does it on first device access)."""
+    _ = args.device
+    if os.environ.get("SLURMGEN_DEBUG"):
+        print(f"{runtime.LOG_PREFIX} device {args.device}", flush=True)
