@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import tempfile
 
 import click
 
@@ -36,8 +35,9 @@ def _check_output_path(output: str) -> None:
 
 def write_atomically(path: str, text: str) -> None:
     """Write to a temporary file beside the target, then rename: never a half-written script."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".slurmgen-", suffix=".sh", dir=directory)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import hostlist
-
 from slurmgen.spec import JobSpec
 
 
@@ -68,6 +66,9 @@ def group_nodes(gpus: tuple[int, ...]) -> list[tuple[int, list[int]]]:
 
 def materialize(spec: JobSpec) -> Plan:
     """The whole job layout, computed once; templates only loop over it."""
+    if spec.nodelist:
+        import hostlist  # only to compress pinned node names; keeps plain renders light
+
     per_gpu_tasks = spec.launcher == "srun"
     components = []
     node_offset = rank_offset = 0

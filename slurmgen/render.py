@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import shlex
 from pathlib import Path
 
@@ -27,10 +28,22 @@ def comment(text: str) -> str:
     return text.encode("unicode_escape").decode("ascii")
 
 
+def _bytecode_cache():
+    """Compiled templates in the user's cache: render is run often on busy login nodes."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(base, "slurmgen", f"jinja-{__version__}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(directory)
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

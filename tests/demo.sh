@@ -38,7 +38,7 @@ echo "demo: submitted job $job"
 state=0
 slurmgen watch "$job" --output-dir "$out/run" --interval 1 || state=$?
 
-log=$(ls "$out"/logs/*.out 2>/dev/null | head -n 1)
+log=$(find "$out/logs" -name "*.out" | head -n 1)
 if (( state != 0 )); then
     echo "demo: the job did not complete; the last lines of its log ($log):" >&2
     tail -n 30 "$log" >&2

@@ -1,0 +1,75 @@
+"""`slurmgen render` whole-process time against `torchx run --dryrun -s slurm dist.ddp -j 4x2`.
+
+Alternates the two commands in one run (the machine is noisy) and prints medians and their
+ratio (target: slurmgen <= 0.5x torchx), then the size and render time of a 1024-node job.
+torchx 0.7.0 lives in its own venv (.bench-venv) so the project never depends on it.
+
+    python bench/render_speed.py [--runs 10]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+TORCHX_VENV = REPO / ".bench-venv"
+
+
+def ensure_torchx() -> Path:
+    torchx = TORCHX_VENV / "bin" / "torchx"
+    if not torchx.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TORCHX_VENV)], check=True)
+        subprocess.run([TORCHX_VENV / "bin" / "pip", "install", "-q", "torchx==0.7.0"], check=True)
+    return torchx
+
+
+def timed(cmd, cwd) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    torchx = ensure_torchx()
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "train.py").write_text("print('hello')\n")
+        ours = [str(BIN / "slurmgen"), "render", "--nodes", "4", "--gpus", "1,1,2,2", "-o", "job.sh"]
+        theirs = [str(torchx), "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "4x2",
+                  "--script", "train.py"]
+        timed(ours, work), timed(theirs, work)  # warm the page cache for both
+        a, b = [], []
+        for _ in range(args.runs):
+            a.append(timed(ours, work))
+            b.append(timed(theirs, work))
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"slurmgen render 1,1,2,2:            median {ma * 1000:7.1f} ms over {args.runs} runs")
+        print(f"torchx dryrun dist.ddp -j 4x2:      median {mb * 1000:7.1f} ms over {args.runs} runs")
+        print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.50)")
+
+        sys.path.insert(0, str(REPO))
+        from slurmgen.plan import materialize
+        from slurmgen.render import render
+        from slurmgen.spec import JobSpec
+        spec = JobSpec(gpus=(8,) * 512 + (4,) * 512, log_dir=os.path.join(work, "logs")).validate()
+        start = time.perf_counter()
+        text = render(materialize(spec))
+        elapsed = time.perf_counter() - start
+        print(f"1024 nodes (8x512, 4x512): {len(materialize(spec).components)} components,"
+              f" {len(text.encode())} bytes, rendered in {elapsed * 1000:.1f} ms")
+        imported = subprocess.run(
+            [sys.executable, "-c", "import sys; from slurmgen import cli, render, plan, options;"
+             " print(any(m.split('.')[0] in ('torch', 'transformers') for m in sys.modules))"],
+            capture_output=True, text=True, check=True).stdout.strip()
+        print(f"slurmgen imports torch or transformers: {imported}")
+
+
+if __name__ == "__main__":
+    main()

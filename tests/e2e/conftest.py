@@ -1,0 +1,89 @@
+"""End-to-end fixtures: a real Slurm cluster (tests/localcluster.sh), the tiny offline assets,
+and a helper that renders with the real `slurmgen` command, submits with sbatch and waits."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_helpers
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+OFFLINE = ["--env", "HF_HUB_OFFLINE=1", "--env", "HF_DATASETS_OFFLINE=1",
+           "--env", "TOKENIZERS_PARALLELISM=false"]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    ok, reason = slurm_helpers.cluster_available()
+    if not ok:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but the Slurm cluster is not available: {reason}")
+        pytest.skip(f"no Slurm cluster: {reason}")
+    return True
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory):
+    out = tmp_path_factory.mktemp("assets")
+    subprocess.run([sys.executable, "-m", "train.tiny", str(out)], check=True, cwd=REPO,
+                   env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    return out
+
+
+class JobRun:
+    def __init__(self, job_id, info, workdir):
+        self.job_id = job_id
+        self.info = info
+        self.workdir = workdir
+
+    @property
+    def state(self):
+        return self.info["State"]
+
+    @property
+    def log(self):
+        return "".join(p.read_text(errors="replace") for p in sorted((self.workdir / "logs").glob("*.out")))
+
+    def metrics(self, run="run"):
+        return json.loads((self.workdir / run / "metrics.json").read_text())
+
+
+def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True):
+    """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable`, poll until the job ends."""
+    script = workdir / "job.sh"
+    cmd = [str(BIN / "slurmgen"), "render", "-o", str(script), "--log-dir", str(workdir / "logs"),
+           "--cpus-per-gpu", "2", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *args,
+           "--", *train_args]
+    subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
+    job_id = slurm_helpers.submit(script, cwd=REPO)
+    if not wait:
+        return job_id
+    info = slurm_helpers.wait_job(job_id, timeout)
+    return JobRun(job_id, info, workdir)
+
+
+@pytest.fixture
+def submit_job(cluster, tmp_path):
+    def run(args, train_args=(), **kwargs):
+        return render_and_submit(tmp_path, args, train_args, **kwargs)
+    return run
+
+
+def sft_args(assets, workdir, steps=12, **extra):
+    args = ["--model_name_or_path", str(assets / "lm"), "--dataset_name", str(assets / "data" / "text.jsonl"),
+            "--output_dir", str(workdir / "run"), "--max_steps", str(steps), "--save_steps", str(steps),
+            "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--logging_steps", "1",
+            "--report_to", "none"]
+    for key, value in extra.items():
+        args += [f"--{key}", str(value)]
+    return args

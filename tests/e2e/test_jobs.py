@@ -1,0 +1,118 @@
+"""Generated scripts on a real four-node Slurm cluster (GPUs 1,1,2,2), real srun and torchrun."""
+import textwrap
+
+import pytest
+
+from tests.e2e.conftest import sft_args
+
+UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
+LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
+
+PROBE = textwrap.dedent('''
+    """A user's own DDP script: records rank, host and world size of every rank."""
+    import json, os, socket, sys, time
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if os.environ.get("PROBE_FAIL_RANK") == str(rank):
+        sys.exit(7)
+    if os.environ.get("PROBE_FAIL_RANK"):
+        time.sleep(600)  # the healthy ranks would hang here without fail-fast
+    info = {"rank": rank, "world": dist.get_world_size(), "host": socket.gethostname(),
+            "local_rank": int(os.environ["LOCAL_RANK"]),
+            "local_world": int(os.environ["LOCAL_WORLD_SIZE"])}
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, info)
+    if rank == 0:
+        with open(sys.argv[1], "w") as out:
+            json.dump(everyone, out)
+    dist.destroy_process_group()
+''')
+
+
+def assert_layout(metrics, world=6, layout=LAYOUT):
+    assert metrics["world_size"] == world
+    assert metrics["ranks_per_host"] == layout
+
+
+@pytest.mark.timeout(600)
+def test_sft_on_uneven_nodes(submit_job, assets, tmp_path):
+    job = submit_job(UNEVEN, sft_args(assets, tmp_path, steps=12))
+    assert job.state == "COMPLETED", job.log
+    assert job.info["ExitCode"] == "0:0"
+    metrics = job.metrics()
+    assert_layout(metrics)
+    assert metrics["last_loss"] < metrics["first_loss"]
+    assert metrics["global_step"] == 12
+    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-12"]
+    assert "master node1:" in job.log
+    assert "Traceback" not in job.log and "Error waiting on exit barrier" not in job.log
+
+
+@pytest.mark.timeout(600)
+def test_classify_on_uniform_two_by_two(submit_job, assets, tmp_path):
+    job = submit_job(["--nodes", "2", "--gpus", "2"], [
+        "--model_name_or_path", str(assets / "bert"),
+        "--train_file", str(assets / "data" / "labelled_train.jsonl"),
+        "--eval_file", str(assets / "data" / "labelled_eval.jsonl"),
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "12", "--save_steps", "12",
+        "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--logging_steps", "1",
+        "--report_to", "none"])
+    assert job.state == "COMPLETED", job.log
+    assert "hetjob" not in (tmp_path / "job.sh").read_text()
+    metrics = job.metrics()
+    assert_layout(metrics, world=4, layout={"node3": 2, "node4": 2})
+    assert "eval_accuracy" in metrics
+
+
+@pytest.mark.timeout(600)
+def test_ddp_loop_on_uneven_nodes(submit_job, assets, tmp_path):
+    job = submit_job([*UNEVEN, "--module", "train.ddp_loop"], [
+        "--model_name_or_path", str(assets / "lm"), "--dataset", str(assets / "data" / "text.jsonl"),
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "12", "--save_steps", "12",
+        "--batch_size", "4", "--lr", "3e-3"])
+    assert job.state == "COMPLETED", job.log
+    metrics = job.metrics()
+    assert_layout(metrics)
+    assert metrics["last_loss"] < metrics["first_loss"]
+
+
+@pytest.mark.timeout(600)
+def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
+    job = submit_job([*UNEVEN, "--launcher", "srun", "--module", "train.ddp_loop"], [
+        "--model_name_or_path", str(assets / "lm"), "--dataset", str(assets / "data" / "text.jsonl"),
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "8", "--save_steps", "8",
+        "--batch_size", "4", "--lr", "3e-3"])
+    assert job.state == "COMPLETED", job.log
+    assert_layout(job.metrics())
+
+
+@pytest.mark.timeout(300)
+def test_users_own_script_sees_every_rank(submit_job, tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    job = submit_job([*UNEVEN, "--script", str(probe)], [str(tmp_path / "ranks.json")])
+    assert job.state == "COMPLETED", job.log
+    import json
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3, 4, 5]
+    assert {r["world"] for r in ranks} == {6}
+    assert [r["host"] for r in ranks] == ["node1", "node2", "node3", "node3", "node4", "node4"]
+    assert [r["local_world"] for r in ranks] == [1, 1, 2, 2, 2, 2]
+    assert [r["local_rank"] for r in ranks] == [0, 0, 0, 1, 0, 1]
+
+
+@pytest.mark.timeout(300)
+def test_failing_rank_fails_the_job_promptly(submit_job, tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    import time
+    start = time.monotonic()
+    job = submit_job([*UNEVEN, "--script", str(probe), "--env", "PROBE_FAIL_RANK=3"],
+                     [str(tmp_path / "ranks.json")], timeout=120)
+    elapsed = time.monotonic() - start
+    assert job.state == "FAILED", job.log
+    assert job.info["ExitCode"] != "0:0"
+    assert elapsed < 90
+    assert "component 1 (2 node(s) x 2 GPUs) failed" in job.log
