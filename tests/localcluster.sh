@@ -1,0 +1,740 @@
+#!/usr/bin/env bash
+# A real multi-node Slurm cluster on one machine, for slurmgen's end-to-end tests.
+#
+#   tests/localcluster.sh install                 # Debian packages (slurm-wlm slurm-client munge iproute2)
+#   tests/localcluster.sh up [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
+#   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
+#   tests/localcluster.sh down                    # stop what `up` started, remove what it made
+#
+# Each node nodeN runs its own slurmd in its own network namespace (address on a private bridge)
+# and its own UTS namespace (hostname nodeN), so `hostname` in a job step prints nodeN and jobs on
+# different nodes talk TCP to each other through the bridge. GPUs are fake character devices
+# (major 195, like /dev/nvidiaN) declared as GRES, so Slurm hands out CUDA_VISIBLE_DEVICES etc.
+# Where network namespaces cannot be made (or SLURMGEN_CLUSTER_NONS=1), every slurmd listens on
+# 127.0.0.1 on its own port instead (hostnames still nodeN where a UTS namespace can be made).
+#
+# Environment:
+#   SLURMGEN_CLUSTER_DIR      state dir: config, logs, pids, spool, fake devices [/tmp/slurmgen-cluster]
+#   SLURMGEN_CLUSTER_NET      first three octets of the private /24 [10.213.47]
+#   SLURMGEN_CLUSTER_PORT     slurmctld port; slurmd ports follow it [16817]
+#   SLURMGEN_CLUSTER_NONS=1   force the 127.0.0.1 fallback (no network namespaces)
+#   SLURMGEN_CLUSTER_TIMEOUT  seconds `up` waits for every node to be idle [30]
+#
+# The config is written to $SLURMGEN_CLUSTER_DIR/etc/slurm.conf and /etc/slurm/slurm.conf is made
+# a symlink to it (an existing file is kept as /etc/slurm/slurm.conf.slurmgen-backup and restored
+# by `down`), so plain sbatch/srun/scontrol/sinfo find it from the host shell and inside jobs.
+# One such cluster per machine. Needs root.
+set -euo pipefail
+
+STATE=${SLURMGEN_CLUSTER_DIR:-/tmp/slurmgen-cluster}
+NET=${SLURMGEN_CLUSTER_NET:-10.213.47}
+CTLD_PORT=${SLURMGEN_CLUSTER_PORT:-16817}
+NONS=${SLURMGEN_CLUSTER_NONS:-0}
+UP_TIMEOUT=${SLURMGEN_CLUSTER_TIMEOUT:-30}
+
+PREFIX=sgc                      # names of our bridge (sgcbr0), veths (sgcvN), netns (sgc-nodeN)
+BRIDGE=${PREFIX}br0
+ETC_CONF=/etc/slurm/slurm.conf
+BACKUP=/etc/slurm/slurm.conf.slurmgen-backup
+HOSTS=/etc/hosts
+HOSTS_BEGIN="# BEGIN slurmgen-cluster (tests/localcluster.sh; removed by 'down')"
+HOSTS_END="# END slurmgen-cluster"
+
+CONF=$STATE/etc/slurm.conf
+LAYOUT=$STATE/layout            # written by `up`, removed by `down`: the cluster's shape
+RUN=$STATE/run                  # pid files and namespace records
+
+PACKAGES=(slurm-wlm slurm-client munge iproute2)
+NEEDED_CMDS=(slurmctld slurmd sbatch srun scontrol sinfo squeue scancel munged ip nsenter unshare)
+
+# exe_of CMD: the binary a command runs (Debian's slurmd is an alternatives link to slurmd-wlm)
+exe_of() { readlink -f "$(command -v "$1" || echo "/usr/sbin/$1")"; }
+
+say() { printf '%s\n' "$*"; }
+err() { printf 'localcluster: %s\n' "$*" >&2; }
+die() { err "$*"; exit 1; }
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+need_root() {
+    [[ $(id -u) -eq 0 ]] || die "must run as root (it creates namespaces, devices and /etc files)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# install
+
+cmd_install() {
+    need_root
+    local missing=() c
+    for c in "${NEEDED_CMDS[@]}"; do
+        command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+    done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        say "slurm, munge and iproute2 already installed ($(slurmd -V 2>/dev/null))"
+        return 0
+    fi
+    say "installing ${PACKAGES[*]} (missing: ${missing[*]})"
+    # Keep the packages' init scripts from starting system daemons: we run our own.
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+    fi
+    local rc=0
+    {
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+                "${PACKAGES[@]}" >/dev/null
+    } || rc=$?
+    [[ $made_policy -eq 1 ]] && rm -f "$policy"
+    [[ $rc -eq 0 ]] || die "apt-get failed (rc=$rc)"
+    say "installed: $(slurmd -V 2>/dev/null)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# small helpers
+
+# pid_alive PIDFILE EXE: true when the pid in PIDFILE runs the binary EXE (guards against reuse)
+pid_alive() {
+    local pidfile=$1 exe=$2 pid
+    [[ -s $pidfile ]] || return 1
+    pid=$(head -n1 "$pidfile" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    [[ -d /proc/$pid ]] || return 1
+    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$exe" ]]
+}
+
+# stop_pidfile PIDFILE EXE WHAT: SIGTERM, wait up to 5 s, then SIGKILL; by recorded pid only
+stop_pidfile() {
+    local pidfile=$1 exe=$2 what=$3 pid i
+    if pid_alive "$pidfile" "$exe"; then
+        pid=$(head -n1 "$pidfile")
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            pid_alive "$pidfile" "$exe" || break
+            sleep 0.1
+        done
+        if pid_alive "$pidfile" "$exe"; then
+            err "$what (pid $pid) ignored SIGTERM; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 0.1
+        fi
+        say "stopped $what (pid $pid)"
+    fi
+    rm -f "$pidfile"
+}
+
+# kill_in_ns KIND NSID: kill every process in namespace NSID (e.g. net:[4026532..]) of kind KIND.
+# These are slurmstepd and job processes started by our slurmds; the host namespace is refused.
+kill_in_ns() {
+    local kind=$1 nsid=$2 sig p pids
+    [[ -n $nsid && $nsid != "$(readlink "/proc/$$/ns/$kind")" ]] || return 0
+    for sig in TERM KILL; do
+        pids=()
+        for p in /proc/[0-9]*; do
+            [[ $(readlink "$p/ns/$kind" 2>/dev/null) == "$nsid" ]] && pids+=("${p#/proc/}")
+        done
+        [[ ${#pids[@]} -eq 0 ]] && return 0
+        [[ $sig == KILL ]] && err "SIGKILL to ${#pids[@]} process(es) left in $nsid"
+        kill "-$sig" "${pids[@]}" 2>/dev/null || true
+        sleep 0.3
+    done
+}
+
+short_host() {
+    local h
+    h=$(uname -n)
+    printf '%s\n' "${h%%.*}"
+}
+
+# expand_layout GPUS NODES: prints the per-node GPU counts, space separated
+expand_layout() {
+    local gpus=$1 nodes=$2 out=() g i
+    [[ $gpus =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--gpus wants a number or a comma list like 1,1,2,2 (got '$gpus')"
+    IFS=, read -r -a out <<<"$gpus"
+    if [[ -n $nodes ]]; then
+        [[ $nodes =~ ^[1-9][0-9]*$ ]] || die "--nodes wants a positive number (got '$nodes')"
+        if [[ ${#out[@]} -eq 1 ]]; then
+            g=${out[0]}
+            out=()
+            for ((i = 0; i < nodes; i++)); do out+=("$g"); done
+        elif [[ ${#out[@]} -ne $nodes ]]; then
+            die "--nodes $nodes but --gpus lists ${#out[@]} nodes"
+        fi
+    fi
+    for g in "${out[@]}"; do
+        ((10#$g <= 16)) || die "at most 16 GPUs per node (got $g)"
+    done
+    [[ ${#out[@]} -le 200 ]] || die "at most 200 nodes"
+    printf '%s\n' "${out[*]}"
+}
+
+hosts_block_present() { grep -qxF "$HOSTS_BEGIN" "$HOSTS" 2>/dev/null; }
+
+remove_hosts_block() {
+    hosts_block_present || return 0
+    local tmp
+    tmp=$(mktemp)
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
+        $0 == b { skip = 1; next }
+        skip && $0 == e { skip = 0; next }
+        !skip { print }' "$HOSTS" >"$tmp"
+    # rewrite in place: /etc/hosts is often a bind mount that cannot be renamed over
+    cat "$tmp" >"$HOSTS"
+    rm -f "$tmp"
+    say "removed node names from $HOSTS"
+}
+
+add_hosts_block() {
+    # add_hosts_block "ADDR NAME" ...
+    remove_hosts_block >/dev/null
+    {
+        printf '%s\n' "$HOSTS_BEGIN"
+        printf '%s\n' "$@"
+        printf '%s\n' "$HOSTS_END"
+    } >>"$HOSTS"
+}
+
+conf_is_ours() { [[ -L $ETC_CONF && $(readlink "$ETC_CONF") == "$CONF" ]]; }
+
+install_conf_link() {
+    mkdir -p /etc/slurm
+    if [[ -L $ETC_CONF ]]; then
+        local target
+        target=$(readlink "$ETC_CONF")
+        if [[ $target != "$CONF" ]]; then
+            if grep -q 'slurmgen-cluster' "$target" 2>/dev/null; then
+                die "$ETC_CONF points to another local cluster ($target): run 'down' with its SLURMGEN_CLUSTER_DIR first"
+            fi
+            [[ -e $BACKUP || -L $BACKUP ]] || mv "$ETC_CONF" "$BACKUP"
+        fi
+    elif [[ -e $ETC_CONF ]]; then
+        [[ -e $BACKUP ]] && die "$ETC_CONF exists and so does $BACKUP: sort them out by hand"
+        mv "$ETC_CONF" "$BACKUP"
+        say "kept the existing $ETC_CONF as $BACKUP (restored by 'down')"
+    fi
+    ln -sfn "$CONF" "$ETC_CONF"
+}
+
+restore_conf() {
+    if conf_is_ours; then
+        rm -f "$ETC_CONF"
+        if [[ -e $BACKUP || -L $BACKUP ]]; then
+            mv "$BACKUP" "$ETC_CONF"
+            say "restored $ETC_CONF from $BACKUP"
+        else
+            say "removed $ETC_CONF"
+        fi
+    fi
+}
+
+load_layout() {
+    # sets MODE, GPUS (space list), NODES, CPUS, MEM, NET, CTLD_PORT, USE_UTS from the layout file
+    [[ -f $LAYOUT ]] || return 1
+    local k v
+    while IFS='=' read -r k v; do
+        case $k in
+            MODE) MODE=$v ;;
+            GPUS) GPUS=$v ;;
+            NODES) NODES=$v ;;
+            CPUS) CPUS=$v ;;
+            MEM) MEM=$v ;;
+            NET) NET=$v ;;
+            CTLD_PORT) CTLD_PORT=$v ;;
+            USE_UTS) USE_UTS=$v ;;
+        esac
+    done <"$LAYOUT"
+}
+
+node_names() {
+    local i
+    for ((i = 1; i <= NODES; i++)); do printf 'node%d\n' "$i"; done
+}
+
+# names of every network namespace and veth of ours that exists now (whatever the layout was)
+our_netns() { ip netns list 2>/dev/null | awk -v p="^$PREFIX-node[0-9]+\$" '$1 ~ p { print $1 }'; }
+our_links() {
+    ip -o link show 2>/dev/null | awk -F': ' -v p="^$PREFIX(br0|v[0-9]+)(@.*)?\$" '$2 ~ p { sub(/@.*/, "", $2); print $2 }'
+}
+
+ctld_alive() { pid_alive "$RUN/slurmctld.pid" "$(exe_of slurmctld)"; }
+
+leftovers() {
+    # true if anything of ours exists: live daemons, namespaces, links, hosts block, conf link
+    local f
+    for f in "$RUN"/*.pid; do
+        [[ -e $f ]] || continue
+        [[ -d /proc/$(head -n1 "$f" 2>/dev/null || echo x) ]] && return 0
+    done
+    [[ -n $(our_netns) || -n $(our_links) ]] && return 0
+    hosts_block_present && return 0
+    conf_is_ours && return 0
+    return 1
+}
+
+# node_states: "name state" per node, from sinfo (long state names, e.g. idle, mixed, down*)
+node_states() { timeout 10 sinfo -h -N -o '%N %T' 2>/dev/null | sort -u -V; }
+
+all_nodes_in() {
+    # all_nodes_in REGEX: true when sinfo lists exactly NODES nodes, all in a state matching REGEX
+    local states n=0 name st
+    states=$(node_states) || return 1
+    while read -r name st; do
+        [[ -n $name ]] || continue
+        [[ $st =~ ^($1)$ ]] || return 1
+        n=$((n + 1))
+    done <<<"$states"
+    [[ $n -eq $NODES ]]
+}
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+write_conf() {
+    local ctld_addr=$1 host i g port addr
+    host=$(short_host)
+    local first_job=1
+    [[ -s $STATE/next_job_id ]] && first_job=$(cat "$STATE/next_job_id")
+    mkdir -p "$STATE/etc"
+    {
+        cat <<EOF
+# slurmgen-cluster: written by tests/localcluster.sh up; state dir $STATE
+ClusterName=slurmgen
+SlurmctldHost=$host($ctld_addr)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$((CTLD_PORT + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$STATE/munge/munge.socket.2,cred_expire=$CRED_EXPIRE
+StateSaveLocation=$STATE/spool/ctld
+SlurmdSpoolDir=$STATE/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# cgroup plugins do not work in this sandbox
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+GresTypes=gpu
+# nodes may declare more CPUs and memory than the machine has
+SlurmdParameters=config_overrides
+# het jobs are started only by the backfill scheduler: run it every second
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+MailProg=/bin/true
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$STATE/log/jobcomp.txt
+MinJobAge=3600
+JobRequeue=1
+ReturnToService=2
+FirstJobId=$first_job
+MpiDefault=none
+SwitchType=switch/none
+InactiveLimit=0
+KillWait=5
+SlurmdTimeout=300
+Waittime=0
+EOF
+        for ((i = 1; i <= NODES; i++)); do
+            g=${GPU_LIST[i - 1]}
+            addr=$(node_addr "$i")
+            port=""
+            [[ $MODE == loopback ]] && port=" Port=$((CTLD_PORT + i))"
+            printf 'NodeName=node%d NodeAddr=%s%s CPUs=%d RealMemory=%d%s State=UNKNOWN\n' \
+                "$i" "$addr" "$port" "$CPUS" "$MEM" "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%d' "$g")"
+        done
+        printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP\n' "$NODES"
+    } >"$CONF.tmp"
+    mv "$CONF.tmp" "$CONF"
+
+    # fake GPUs: character devices with NVIDIA's major number, shared by all nodes (same machine)
+    local maxg=0
+    for g in "${GPU_LIST[@]}"; do ((g > maxg)) && maxg=$g; done
+    mkdir -p "$STATE/dev"
+    for ((i = 0; i < maxg; i++)); do
+        [[ -c $STATE/dev/nvidia$i ]] || mknod -m 666 "$STATE/dev/nvidia$i" c 195 "$i"
+    done
+    {
+        printf 'AutoDetect=off\n'
+        for ((i = 1; i <= NODES; i++)); do
+            g=${GPU_LIST[i - 1]}
+            [[ $g -gt 0 ]] || continue
+            if [[ $g -eq 1 ]]; then
+                printf 'NodeName=node%d Name=gpu File=%s/dev/nvidia0\n' "$i" "$STATE"
+            else
+                printf 'NodeName=node%d Name=gpu File=%s/dev/nvidia[0-%d]\n' "$i" "$STATE" "$((g - 1))"
+            fi
+        done
+    } >"$STATE/etc/gres.conf"
+}
+
+node_addr() {
+    if [[ $MODE == netns ]]; then printf '%s.%d\n' "$NET" "$((10 + $1))"; else printf '127.0.0.1\n'; fi
+}
+
+start_munged() {
+    local keydir=$STATE/munge-key sockdir=$STATE/munge
+    mkdir -p "$keydir" "$sockdir"
+    chmod 0700 "$keydir"
+    chmod 0755 "$sockdir"
+    if [[ ! -s $keydir/munge.key ]]; then
+        dd if=/dev/urandom of="$keydir/munge.key" bs=1024 count=1 status=none
+    fi
+    chmod 0600 "$keydir/munge.key"
+    munged --force --socket="$sockdir/munge.socket.2" --key-file="$keydir/munge.key" \
+        --pid-file="$RUN/munged.pid" --log-file="$STATE/log/munged.log" \
+        --seed-file="$keydir/munged.seed" >"$STATE/log/munged.stdout" 2>&1 9>&- ||
+        die "munged failed to start: $(tail -n 5 "$STATE/log/munged.log" "$STATE/log/munged.stdout" 2>/dev/null)"
+    wait_for 5 "munged" pid_alive "$RUN/munged.pid" "$(exe_of munged)"
+}
+
+# wait_for SECONDS WHAT CMD...: poll CMD every 0.05 s
+wait_for() {
+    local secs=$1 what=$2 deadline
+    shift 2
+    deadline=$((SECONDS + secs))
+    until "$@"; do
+        if ((SECONDS >= deadline)); then
+            fail_up "timed out after ${secs}s waiting for $what"
+        fi
+        sleep 0.05
+    done
+}
+
+fail_up() {
+    err "$1"
+    local f
+    for f in "$STATE"/log/slurmctld.log "$STATE"/log/slurmd-*.log "$STATE"/log/*.stdout "$STATE"/log/munged.log; do
+        [[ -s $f ]] || continue
+        err "---- tail $f"
+        tail -n 15 "$f" >&2
+    done
+    err "---- sinfo"
+    timeout 5 sinfo -N >&2 2>&1 || true
+    err "the cluster is left as it is for inspection; clean up with: $0 down"
+    exit 1
+}
+
+# try to build the bridge and per-node namespaces; return 1 (after undoing) where it is not allowed
+setup_netns() {
+    local i ns veth addr
+    {
+        ip link add "$BRIDGE" type bridge &&
+            ip addr add "$NET.1/24" dev "$BRIDGE" &&
+            ip link set "$BRIDGE" up
+    } 2>"$STATE/log/netns-setup.err" || return 1
+    for ((i = 1; i <= NODES; i++)); do
+        ns=$PREFIX-node$i
+        veth=${PREFIX}v$i
+        addr=$NET.$((10 + i))
+        {
+            ip netns add "$ns" &&
+                ip link add "$veth" type veth peer name "${PREFIX}p$i" &&
+                ip link set "${PREFIX}p$i" netns "$ns" &&
+                ip link set "$veth" master "$BRIDGE" &&
+                ip link set "$veth" up &&
+                ip -n "$ns" link set "${PREFIX}p$i" name eth0 &&
+                ip -n "$ns" addr add "$addr/24" dev eth0 &&
+                ip -n "$ns" link set eth0 up &&
+                ip -n "$ns" link set lo up &&
+                nsenter --net="/run/netns/$ns" true
+        } 2>>"$STATE/log/netns-setup.err" || return 1
+    done
+    return 0
+}
+
+teardown_net() {
+    local ns l
+    for ns in $(our_netns); do
+        ip netns del "$ns" 2>/dev/null || err "could not delete netns $ns"
+    done
+    for l in $(our_links); do
+        ip link del "$l" 2>/dev/null || true
+    done
+}
+
+start_slurmd() {
+    # start_slurmd I: slurmd for nodeI, in its namespaces; daemonizes and writes its pid file
+    local i=$1 name=node$1 sd
+    sd=$(command -v slurmd)
+    local -a pre=()
+    [[ $MODE == netns ]] && pre=(nsenter "--net=/run/netns/$PREFIX-node$i")
+    if [[ $USE_UTS == 1 ]]; then
+        # shellcheck disable=SC2016  # $1..$3 expand in the inner shell
+        "${pre[@]}" unshare --uts -- sh -c 'hostname "$1" && exec "$2" -f "$3" -N "$1"' \
+            sh "$name" "$sd" "$CONF" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
+    else
+        "${pre[@]}" "$sd" -f "$CONF" -N "$name" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
+    fi
+}
+
+cmd_up() {
+    need_root
+    local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120
+    local explicit_gpus=0
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --gpus) gpus_arg=${2:?--gpus needs a value}; explicit_gpus=1; shift 2 ;;
+            --gpus=*) gpus_arg=${1#*=}; explicit_gpus=1; shift ;;
+            --nodes) nodes_arg=${2:?--nodes needs a value}; explicit_gpus=1; shift 2 ;;
+            --nodes=*) nodes_arg=${1#*=}; explicit_gpus=1; shift ;;
+            --cpus) cpus_arg=${2:?--cpus needs a value}; shift 2 ;;
+            --cpus=*) cpus_arg=${1#*=}; shift ;;
+            --mem) mem_arg=${2:?--mem needs a value}; shift 2 ;;
+            --mem=*) mem_arg=${1#*=}; shift ;;
+            --cred-expire) cred_arg=${2:?--cred-expire needs a value}; shift 2 ;;
+            --cred-expire=*) cred_arg=${1#*=}; shift ;;
+            -h | --help) usage; return 0 ;;
+            *) die "up: unknown option '$1' (see $0 --help)" ;;
+        esac
+    done
+    [[ $cpus_arg =~ ^[1-9][0-9]*$ ]] || die "--cpus wants a positive number"
+    [[ $mem_arg =~ ^[1-9][0-9]*$ ]] || die "--mem wants megabytes (a positive number)"
+    [[ $cred_arg =~ ^[1-9][0-9]*$ ]] || die "--cred-expire wants seconds"
+    [[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SLURMGEN_CLUSTER_NET wants three octets like 10.213.47"
+    local want
+    want=$(expand_layout "$gpus_arg" "$nodes_arg")
+
+    local c
+    for c in "${NEEDED_CMDS[@]}"; do
+        command -v "$c" >/dev/null 2>&1 || die "'$c' not found: run '$0 install' first"
+    done
+
+    if ctld_alive && load_layout; then
+        if [[ $explicit_gpus == 1 && $want != "$GPUS" ]]; then
+            die "already up with GPUs ${GPUS// /,}; run '$0 down' first to change the layout to ${want// /,}"
+        fi
+        if all_nodes_in 'idle|mixed|allocated|completing'; then
+            say "already up ($MODE mode, GPUs ${GPUS// /,})"
+            print_usage
+            return 0
+        fi
+        err "up, but not every node is healthy: restarting"
+        node_states >&2 || true
+    fi
+    if leftovers; then
+        say "cleaning up what a previous run left"
+        cmd_down >/dev/null
+    fi
+
+    local t0ns i
+    t0ns=$(date +%s%N)
+    GPUS=$want
+    read -r -a GPU_LIST <<<"$GPUS"
+    NODES=${#GPU_LIST[@]}
+    CPUS=$cpus_arg
+    MEM=$mem_arg
+    CRED_EXPIRE=$cred_arg
+
+    rm -rf "$STATE/log" "$STATE/spool" "$RUN"
+    mkdir -p "$STATE/log" "$STATE/spool/ctld" "$RUN"
+    for ((i = 1; i <= NODES; i++)); do mkdir -p "$STATE/spool/node$i"; done
+
+    # network: one namespace per node where allowed, else the 127.0.0.1 fallback
+    MODE=loopback
+    if [[ $NONS != 1 ]]; then
+        if setup_netns; then
+            MODE=netns
+        else
+            err "network namespaces not available ($(tail -n1 "$STATE/log/netns-setup.err")): using the 127.0.0.1 fallback"
+            teardown_net
+        fi
+    fi
+    USE_UTS=0
+    unshare --uts -- true 2>/dev/null && USE_UTS=1
+    {
+        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\n' \
+            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS"
+    } >"$LAYOUT"
+
+    local lines=()
+    if [[ $MODE == netns ]]; then
+        for ((i = 1; i <= NODES; i++)); do lines+=("$(node_addr "$i") node$i"); done
+    else
+        lines=("127.0.0.1 $(node_names | tr '\n' ' ')")
+    fi
+    add_hosts_block "${lines[@]}"
+
+    local ctld_addr=127.0.0.1
+    [[ $MODE == netns ]] && ctld_addr=$NET.1
+    write_conf "$ctld_addr"
+    install_conf_link
+
+    start_munged
+    slurmctld -c -f "$CONF" >"$STATE/log/slurmctld.stdout" 2>&1 9>&- || fail_up "slurmctld failed to start"
+    wait_for 10 "slurmctld to answer" ctld_answers
+
+    local pids=()
+    for ((i = 1; i <= NODES; i++)); do
+        start_slurmd "$i" &
+        pids+=($!)
+    done
+    local p
+    for p in "${pids[@]}"; do wait "$p" || fail_up "a slurmd failed to start"; done
+
+    # record each slurmd's namespaces: `down` kills whatever (slurmstepd, jobs) is still in them
+    local sd pidf
+    sd=$(exe_of slurmd)
+    : >"$RUN/namespaces"
+    for ((i = 1; i <= NODES; i++)); do
+        pidf=$RUN/slurmd-node$i.pid
+        wait_for 10 "slurmd on node$i" pid_alive "$pidf" "$sd"
+        p=$(head -n1 "$pidf")
+        if [[ $MODE == netns ]]; then readlink "/proc/$p/ns/net" >>"$RUN/namespaces"; fi
+        if [[ $USE_UTS == 1 ]]; then readlink "/proc/$p/ns/uts" >>"$RUN/namespaces"; fi
+    done
+
+    wait_for "$UP_TIMEOUT" "every node to be idle" all_nodes_in idle
+    local ms=$((($(date +%s%N) - t0ns) / 1000000))
+    say "up in ${ms} ms: $NODES nodes, GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode)"
+    print_usage
+}
+
+ctld_answers() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+print_usage() {
+    cat <<EOF
+  state dir: $STATE  (logs in $STATE/log, config in $STATE/etc)
+  config:    $ETC_CONF -> $CONF  (plain sbatch/srun/scontrol/sinfo find it)
+  nodes:     $(node_names | tr '\n' ' ')partition debug (default), MaxTime=INFINITE
+EOF
+    if [[ $MODE == netns ]]; then
+        say "  network:   bridge $BRIDGE $NET.1/24, node i at $NET.(10+i), names in $HOSTS"
+    else
+        say "  network:   127.0.0.1 fallback, slurmd ports $((CTLD_PORT + 1))..$((CTLD_PORT + NODES))"
+    fi
+    cat <<EOF
+  try:       sinfo -N -o '%N %T %G'; srun -N$NODES hostname; sbatch --parsable job.sh
+  status:    $0 status     stop: $0 down
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# down
+
+record_next_job_id() {
+    # keep job ids growing across up/down cycles (slurmctld starts with -c, clean state)
+    local max=0 n
+    if [[ -s $STATE/next_job_id ]]; then max=$(($(cat "$STATE/next_job_id") - 1)); fi
+    for n in $( { timeout 5 scontrol show job -o 2>/dev/null || true; cat "$STATE/log/slurmctld.log" 2>/dev/null || true; } |
+        grep -oE '(JobId|HetJobId)=[0-9]+' | cut -d= -f2 | sort -n | tail -n1); do
+        ((n > max)) && max=$n
+    done
+    printf '%d\n' "$((max + 1))" >"$STATE/next_job_id"
+}
+
+cancel_all_jobs() {
+    local ids i
+    ids=$(timeout 5 squeue -h -o '%F' 2>/dev/null | sort -u) || return 0
+    [[ -n $ids ]] || return 0
+    # shellcheck disable=SC2086  # word splitting of the id list is wanted
+    timeout 10 scancel $ids 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        [[ -z $(timeout 5 squeue -h -t R,CG,S -o '%A' 2>/dev/null) ]] && break
+        sleep 0.1
+    done
+    say "cancelled jobs: $(printf '%s' "$ids" | tr '\n' ' ')"
+}
+
+cmd_down() {
+    need_root
+    MODE=unknown NODES=0
+    load_layout || true
+    local sd ns f
+    sd=$(exe_of slurmd)
+
+    if ctld_alive; then
+        cancel_all_jobs
+        record_next_job_id
+    fi
+    for f in "$RUN"/slurmd-*.pid; do
+        [[ -e $f ]] || continue
+        f=${f##*/}
+        stop_pidfile "$RUN/$f" "$sd" "slurmd ${f#slurmd-}" &
+    done
+    wait
+    # slurmstepd and job processes live on in the node namespaces: stop them too
+    if [[ -f $RUN/namespaces ]]; then
+        while read -r ns; do
+            kill_in_ns "${ns%%:*}" "$ns"
+        done <"$RUN/namespaces"
+    fi
+    # also any namespace of ours that is still mounted (state dir lost or partial up)
+    for ns in $(our_netns); do
+        kill_in_ns net "net:[$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)]"
+    done
+    stop_pidfile "$RUN/slurmctld.pid" "$(exe_of slurmctld)" slurmctld
+    stop_pidfile "$RUN/munged.pid" "$(exe_of munged)" munged
+
+    if [[ -n $(our_netns) || -n $(our_links) ]]; then
+        teardown_net
+        say "removed network namespaces and links"
+    fi
+    remove_hosts_block
+    restore_conf
+    rm -rf "$RUN" "$STATE/spool" "$LAYOUT"
+    say "down (logs kept in $STATE/log)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# status
+
+cmd_status() {
+    MODE=unknown NODES=0 GPUS=""
+    if ! ctld_alive; then
+        if leftovers; then
+            say "broken: slurmctld is not running but parts of the cluster are left; run: $0 down"
+            return 1
+        fi
+        say "down"
+        return 3
+    fi
+    if ! load_layout; then
+        say "broken: slurmctld runs but $LAYOUT is missing"
+        return 1
+    fi
+    local bad=0 f
+    pid_alive "$RUN/munged.pid" "$(exe_of munged)" || { say "munged is not running"; bad=1; }
+    for ((f = 1; f <= NODES; f++)); do
+        pid_alive "$RUN/slurmd-node$f.pid" "$(exe_of slurmd)" || { say "slurmd for node$f is not running"; bad=1; }
+    done
+    say "up ($MODE mode, GPUs ${GPUS// /,}, state dir $STATE)"
+    timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || bad=1
+    all_nodes_in 'idle|mixed|allocated|completing' || { say "not every node is idle/mixed/allocated"; bad=1; }
+    return "$bad"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+lock() {
+    # one up/down at a time (several test sessions may call `up` at once); every daemon is
+    # started with fd 9 closed, or it would hold the lock for its whole life
+    mkdir -p "$(dirname "$STATE")"
+    exec 9>"$STATE.lock"
+    flock -w 120 9 || die "another localcluster.sh holds $STATE.lock"
+}
+
+main() {
+    local cmd=${1:-}
+    [[ $# -gt 0 ]] && shift
+    case $cmd in
+        install) cmd_install "$@" ;;
+        up) lock; cmd_up "$@" ;;
+        down) lock; cmd_down "$@" ;;
+        status) cmd_status "$@" ;;
+        -h | --help | help) usage ;;
+        *) usage >&2; exit 2 ;;
+    esac
+}
+
+main "$@"
