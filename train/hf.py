@@ -16,7 +16,7 @@ from train import checkpoint, runtime
 from train.distenv import DistEnv
 
 
-def capability_defaults() -> dict[str, Any]:
+def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     """Defaults that depend on the machine, set on the parser BEFORE parsing.
 
     TRL configs default to bf16 and fail in __post_init__ on a machine without bf16
@@ -26,9 +26,10 @@ def capability_defaults() -> dict[str, Any]:
     cuda = runtime.cuda_available()
     return {
         # Without use_cpu, accelerate on a GPU-less machine sets up no DDP at all: each rank
-        # would train alone. gloo explicitly: accelerate would take mpi where torch has it.
+        # would train alone. gloo explicitly (accelerate would take mpi where torch has it),
+        # but only with several ranks: a backend makes accelerate expect a process group.
         "use_cpu": not cuda,
-        "ddp_backend": None if cuda else "gloo",
+        "ddp_backend": "gloo" if denv.distributed and not cuda else None,
         "bf16": bf16,
         "fp16": cuda and not bf16,  # pre-Ampere GPUs: fp16 mixed precision
         # TRL turns activation checkpointing on by default; with tiny models and CPUs it only

@@ -76,7 +76,7 @@ def _main(argv: list[str]) -> dict | None:
     from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
     parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
-    parser.set_defaults(**hf.capability_defaults())
+    parser.set_defaults(**hf.capability_defaults(denv))
     script_args, cfg, model_args = hf.parse_or_usage_error(lambda: parser.parse_args_and_config(argv))
     hf.count_tokens_by_default(cfg, argv)
 

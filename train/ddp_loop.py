@@ -1,0 +1,226 @@
+"""A plain PyTorch DDP training loop for a causal LM: no Trainer, every step visible.
+
+    python -m train.ddp_loop --model_name_or_path OUT/lm --dataset OUT/data/text.jsonl \\
+        --output_dir RUN --max_steps 20 --save_steps 10 --batch_size 8 --lr 3e-3
+
+Process group from the environment (train.distenv: torchrun or one Slurm task per GPU),
+nccl on CUDA and gloo on CPU, DistributedSampler with set_epoch, rank 0 logs and saves,
+resume from the newest complete checkpoint, stop file honoured at every step.
+Runs as a single process without any launcher too.
+
+Checkpoint format: ``checkpoint-N/`` holds the model and tokenizer in HF format plus
+``trainer.pt`` (optimizer state and step); the data position follows from the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import sys
+import time
+from pathlib import Path
+
+from train import checkpoint, distenv, runtime
+
+RENAMED = {
+    **runtime.RENAMED_ARGS,
+    "max_seq_length": "use --max_length",
+    "dataset_text_field": runtime.TEXT_FIELD_MOVED,
+    "dataset_name": "use --dataset",
+    "evaluation_strategy": "train.ddp_loop does not evaluate (use --eval_strategy with train.sft or train.classify)",
+}
+STATE_FILE = "trainer.pt"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m train.ddp_loop", description=__doc__.split("\n")[0])
+    p.add_argument("--model_name_or_path", required=True)
+    p.add_argument("--dataset", required=True, help="hub name or local .jsonl/.json/.parquet/.arrow file or dir")
+    p.add_argument("--text_column", default="text")
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--max_steps", type=int, default=100)
+    p.add_argument("--save_steps", type=int, default=50)
+    p.add_argument("--save_total_limit", type=int, default=None)
+    p.add_argument("--batch_size", type=int, default=8, help="per rank")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight_decay", type=float, default=0.0)
+    p.add_argument("--max_length", type=int, default=256)
+    p.add_argument("--logging_steps", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
+    args = p.parse_args(argv)
+    for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
+        if getattr(args, name) <= 0:
+            raise runtime.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    return args
+
+
+@contextlib.contextmanager
+def main_first(denv: distenv.DistEnv):
+    """Rank 0 runs the body first (filling caches), then the others."""
+    if not denv.is_main:
+        runtime.barrier()
+    yield
+    if denv.is_main:
+        runtime.barrier()
+
+
+def tokenized_dataset(args, tokenizer):
+    ds = runtime.load_data(args.dataset)
+    runtime.require_columns(ds, args.dataset, [args.text_column])
+    eos = tokenizer.eos_token or ""
+
+    def tokenize(batch):
+        texts = [t + eos for t in batch[args.text_column]]
+        return tokenizer(texts, truncation=True, max_length=args.max_length)
+
+    return ds.map(tokenize, batched=True, remove_columns=ds.column_names, desc="tokenize")
+
+
+class SkipSampler:
+    """Yields a sampler's indices after the first ``skip`` ones (resume mid-epoch)."""
+
+    def __init__(self, sampler, skip: int):
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self):
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self):
+        return max(len(self.sampler) - self.skip, 0)
+
+
+def make_collate(tokenizer):
+    def collate(rows):
+        batch = tokenizer.pad(rows, return_tensors="pt")
+        labels = batch["input_ids"].clone()
+        labels[batch["attention_mask"] == 0] = -100  # no loss on padding
+        batch["labels"] = labels
+        return batch
+
+    return collate
+
+
+def save(args, denv, model, tokenizer, optimizer, step: int) -> None:
+    """Rank 0 writes the checkpoint into a staging dir; it appears complete or not at all."""
+    if not denv.is_main:
+        return
+    import torch
+
+    with checkpoint.staged_checkpoint(args.output_dir, step) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save({"optimizer": optimizer.state_dict(), "step": step, "world_size": denv.world_size},
+                   Path(tmp) / STATE_FILE)
+    checkpoint.prune(args.output_dir, args.save_total_limit)
+
+
+def _main(argv: list[str]) -> dict | None:
+    runtime.reject_old_args(argv, RENAMED)
+    denv = distenv.setup()
+    args = parse_args(argv)
+    runtime.check_model_path(args.model_name_or_path)
+    runtime.check_data_path(args.dataset, "--dataset")
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = torch.device("cpu") if args.use_cpu else runtime.device_for(denv)
+    runtime.init_process_group(denv, device)
+    try:
+        torch.manual_seed(args.seed)
+        resume = runtime.decide_resume(args.output_dir, denv)
+
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        with main_first(denv):
+            ds = tokenized_dataset(args, tokenizer)
+
+        # Resuming loads the weights from the checkpoint itself (HF format).
+        source = resume[1] if resume else args.model_name_or_path
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
+        ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+               if denv.distributed else model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        step = 0
+        if resume:
+            state = torch.load(Path(resume[1]) / STATE_FILE, map_location=device, weights_only=False)
+            optimizer.load_state_dict(state["optimizer"])
+            step = state["step"]
+        start_step = step
+
+        sampler = DistributedSampler(ds, num_replicas=denv.world_size, rank=denv.rank,
+                                     shuffle=True, seed=args.seed, drop_last=True)
+        per_epoch = len(sampler) // args.batch_size
+        if per_epoch == 0:
+            raise runtime.UsageError(
+                f"data set {args.dataset} has {len(ds)} rows: too few for batch size {args.batch_size} "
+                f"on {denv.world_size} ranks")
+        collate = make_collate(tokenizer)
+        global_batch = args.batch_size * denv.world_size
+        progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch)
+        progress.start(step)
+
+        ddp.train()
+        tokens = torch.zeros(1, dtype=torch.int64, device=device)
+        loss_sum = torch.zeros(1, dtype=torch.float64, device=device)
+        stopped = False
+        t0 = time.time()
+        epoch, done_in_epoch = divmod(step, per_epoch)
+        while step < args.max_steps and not stopped:
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+            loader = DataLoader(ds, batch_size=args.batch_size, drop_last=True, collate_fn=collate,
+                                sampler=SkipSampler(sampler, done_in_epoch * args.batch_size))
+            for batch in loader:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                loss = ddp(**batch).loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                step += 1
+                tokens += batch["attention_mask"].sum()
+                loss_sum += loss.detach()
+
+                if step % args.logging_steps == 0 or step == args.max_steps:
+                    mean = loss.detach().clone()
+                    if denv.distributed:
+                        torch.distributed.all_reduce(mean)
+                        mean /= denv.world_size
+                    progress.log(step, mean.item())
+                stopped = step < args.max_steps and runtime.stop_requested(denv.is_main)
+                if stopped or step % args.save_steps == 0 or step == args.max_steps:
+                    save(args, denv, model, tokenizer, optimizer, step)
+                if stopped or step >= args.max_steps:
+                    break
+            epoch, done_in_epoch = epoch + 1, 0
+        elapsed = time.time() - t0
+
+        if denv.distributed:
+            torch.distributed.all_reduce(tokens)
+            torch.distributed.all_reduce(loss_sum)
+        steps_run = step - start_step
+        train_loss = loss_sum.item() / (steps_run * denv.world_size) if steps_run else None
+        return runtime.finish(
+            args.output_dir, denv,
+            global_step=step, start_step=start_step,
+            resumed_from_step=resume[0] if resume else None,
+            progress=progress,
+            train_loss=train_loss,
+            elapsed=elapsed, global_batch=global_batch,
+            tokens=int(tokens.item()), stopped_early=stopped, model=model,
+        )
+    finally:
+        runtime.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the DDP loop; returns the metrics dict (also written to output_dir/metrics.json)."""
+    return runtime.run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
