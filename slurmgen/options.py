@@ -49,6 +49,15 @@ JOB_OPTIONS = [
                                      help="Seconds a collective may hang before the job fails.")),
     (("--preflight/--no-preflight",), dict(default=True, show_default=True,
                                            help="Compare every node's software before training.")),
+    (("--nccl-debug",), dict(default=None, metavar="LEVEL", help="NCCL_DEBUG for every rank (WARN, INFO, ...).")),
+    (("--nccl-socket-ifname",), dict(default=None, metavar="IFACES",
+                                     help="Network interfaces for NCCL and gloo, e.g. ib0 or ^docker,lo.")),
+    (("--hf-home",), dict(default=None, metavar="DIR",
+                          help="Shared Hugging Face cache that every node reads (HF_HOME).")),
+    (("--offline",), dict(is_flag=True, default=False,
+                          help="Compute nodes never touch the hub: models and data are fetched into --hf-home now, on this node.")),
+    (("--container-image",), dict(default=None, help="pyxis/enroot image for every step.")),
+    (("--container-mounts",), dict(default=None, help="pyxis/enroot mounts, SRC:DST[,SRC:DST...].")),
 ]
 
 
@@ -117,5 +126,11 @@ def spec_from_options(params: dict) -> JobSpec:
         rdzv_timeout=params["rdzv_timeout"],
         collective_timeout=params["collective_timeout"],
         preflight=params["preflight"],
+        nccl_debug=params["nccl_debug"],
+        nccl_socket_ifname=params["nccl_socket_ifname"],
+        hf_home=os.path.abspath(params["hf_home"]) if params["hf_home"] else None,
+        offline=params["offline"],
+        container_image=params["container_image"],
+        container_mounts=params["container_mounts"],
     )
     return spec.validate()

@@ -8,6 +8,7 @@ component 0, which is MASTER_ADDR.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from slurmgen.spec import JobSpec
@@ -54,6 +55,20 @@ class Plan:
                 first = comp.rank_offset + i * comp.gpus_per_node
                 out.append((comp.node_offset + i, list(range(first, first + comp.gpus_per_node))))
         return out
+
+
+def model_path(spec: JobSpec) -> str:
+    """The --model_name_or_path training argument when it names a local path (for preflight)."""
+    args = list(spec.train_args)
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--model_name_or_path" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--model_name_or_path="):
+            value = arg.split("=", 1)[1]
+    if value and os.path.exists(value):
+        return os.path.abspath(value)
+    return ""
 
 
 def group_nodes(gpus: tuple[int, ...]) -> list[tuple[int, list[int]]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from slurmgen import __version__
-from slurmgen.plan import Plan
+from slurmgen.plan import Plan, model_path
 
 
 def template_dir() -> Path:
@@ -63,6 +63,31 @@ def _common_options(spec) -> list[tuple[str, str]]:
     return [(key, value) for key, value in pairs if value]
 
 
+def _container_flags(spec) -> str:
+    """pyxis flags for every srun, only when asked for (quoted: paths may hold anything)."""
+    flags = []
+    if spec.container_image:
+        flags.append("--container-image=" + shlex.quote(spec.container_image))
+    if spec.container_mounts:
+        flags.append("--container-mounts=" + shlex.quote(spec.container_mounts))
+    return "".join(flag + " " for flag in flags)
+
+
+def _exports(spec) -> list[tuple[str, str]]:
+    """Variables slurmgen's own options set for every rank, before the user's --env."""
+    pairs = []
+    if spec.nccl_debug:
+        pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
+    if spec.nccl_socket_ifname:
+        pairs += [("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname),
+                  ("GLOO_SOCKET_IFNAME", spec.nccl_socket_ifname)]
+    if spec.hf_home:
+        pairs.append(("HF_HOME", spec.hf_home))
+    if spec.offline:
+        pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
+    return pairs
+
+
 def _component_name(comp) -> str:
     gpus = "GPU" if comp.gpus_per_node == 1 else "GPUs"
     return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} {gpus})"
@@ -94,6 +119,9 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
         "common_options": _common_options(spec),
+        "model_path": model_path(spec),
+        "container_flags": _container_flags(spec),
+        "exports": _exports(spec),
         # Leave room inside the grace period for the requeue itself.
         "stop_wait": max(spec.grace - 15, 5),
     }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 LAUNCHERS = ("torchrun", "srun", "accelerate")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 DEFAULT_MODULE = "train.sft"
 DEFAULT_PORT_RANGE = (20000, 29999)
 
@@ -22,6 +23,7 @@ _MEM = re.compile(r"[0-9]+[KMGT]?\Z")
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
 _LOG_DIR = re.compile(r"[^\s'\"\\%]+\Z")
+_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.,:\-]+\Z")
 _JOB_NAME = re.compile(r"[A-Za-z0-9_.:+@=,\-]+\Z")
 # Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 _TIME_FORMS = (
@@ -40,16 +42,19 @@ class SpecError(ValueError):
 
 
 def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
-    """'1,1,2,2' -> (1, 1, 2, 2); a single count applies to every node."""
+    """'1,1,2,2' -> (1, 1, 2, 2); '8x512,4x512' repeats a count; a single count applies to every node."""
     if nodes < 1:
         raise SpecError(f"--nodes {nodes}: must be a positive integer")
+    counts: list[int] = []
     parts = [p.strip() for p in str(text).split(",")]
-    counts = []
     for part in parts:
-        if not part.isdigit() or int(part) < 1:
+        count, sep, repeat = part.partition("x")
+        if not count.isdigit() or int(count) < 1:
             raise SpecError(f"--gpus {text!r}: {part!r} is not a positive integer GPU count")
-        counts.append(int(part))
-    if len(counts) == 1:
+        if sep and (not repeat.isdigit() or int(repeat) < 1):
+            raise SpecError(f"--gpus {text!r}: {part!r} should be COUNTxNODES, e.g. 8x4")
+        counts += [int(count)] * (int(repeat) if sep else 1)
+    if len(parts) == 1 and "x" not in parts[0]:
         return tuple(counts * nodes)
     if len(counts) != nodes:
         raise SpecError(
@@ -137,6 +142,12 @@ class JobSpec:
     rdzv_timeout: int = 300
     collective_timeout: int = 600
     preflight: bool = True
+    nccl_debug: Optional[str] = None
+    nccl_socket_ifname: Optional[str] = None
+    hf_home: Optional[str] = None
+    offline: bool = False
+    container_image: Optional[str] = None
+    container_mounts: Optional[str] = None
 
     @property
     def nodes(self) -> int:
@@ -195,6 +206,13 @@ class JobSpec:
                 f"--collective-timeout {self.collective_timeout}: must be a positive number of seconds"
             )
         self._validate_target()
+        if self.nccl_debug is not None and self.nccl_debug.upper() not in NCCL_DEBUG_LEVELS:
+            raise SpecError(f"--nccl-debug {self.nccl_debug!r}: choose one of {', '.join(NCCL_DEBUG_LEVELS)}")
+        _check_word("--nccl-socket-ifname", self.nccl_socket_ifname, _IFNAME)
+        for option, value in (("--hf-home", self.hf_home), ("--container-image", self.container_image),
+                              ("--container-mounts", self.container_mounts)):
+            if value is not None:
+                _check_no_newline(option, value)
         for line in self.setup:
             _check_no_newline("--setup", line)
         if not _LOG_DIR.match(self.log_dir):

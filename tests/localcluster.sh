@@ -514,7 +514,7 @@ cmd_up() {
         if [[ $explicit_gpus == 1 && $want != "$GPUS" ]]; then
             die "already up with GPUs ${GPUS// /,}; run '$0 down' first to change the layout to ${want// /,}"
         fi
-        if all_nodes_in 'idle|mixed|allocated|completing'; then
+        if all_nodes_in 'idle|mixed|allocated|completing|planned'; then
             say "already up ($MODE mode, GPUs ${GPUS// /,})"
             print_usage
             return 0
@@ -660,7 +660,8 @@ cmd_down() {
     for f in "$RUN"/slurmd-*.pid; do
         [[ -e $f ]] || continue
         f=${f##*/}
-        stop_pidfile "$RUN/$f" "$sd" "slurmd ${f#slurmd-}" &
+        f=${f%.pid}
+        stop_pidfile "$RUN/$f.pid" "$sd" "slurmd ${f#slurmd-}" &
     done
     wait
     # slurmstepd and job processes live on in the node namespaces: stop them too
@@ -710,7 +711,7 @@ cmd_status() {
     done
     say "up ($MODE mode, GPUs ${GPUS// /,}, state dir $STATE)"
     timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || bad=1
-    all_nodes_in 'idle|mixed|allocated|completing' || { say "not every node is idle/mixed/allocated"; bad=1; }
+    all_nodes_in 'idle|mixed|allocated|completing|planned' || { say "not every node is idle/mixed/allocated"; bad=1; }
     return "$bad"
 }
 

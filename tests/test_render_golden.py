@@ -51,7 +51,7 @@ def test_uneven_layout_groups_nodes_by_gpu_count():
     text = (GOLDEN / "uneven_1_1_2_2.sh").read_text()
     assert text.count("#SBATCH hetjob") == 1
     assert "#SBATCH --gres=gpu:1" in text and "#SBATCH --gres=gpu:2" in text
-    assert text.count("srun --het-group=") == 2
+    assert text.count("srun --het-group=") == 4  # preflight and training, per component
     assert 'SLURM_JOB_NODELIST_HET_GROUP_0' in text
 
 
@@ -62,8 +62,10 @@ def test_uniform_layout_is_a_plain_job():
 
 
 def test_script_grows_with_distinct_counts_not_nodes(render_args, tmp_path):
-    gpus = ",".join(["8"] * 512 + ["4"] * 512)
-    result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", gpus)
+    result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", "8x512,4x512")
     assert result.exit_code == 0
     assert result.stdout.count("#SBATCH hetjob") == 1
     assert len(result.stdout.encode()) < 10_000
+    assert "--nnodes=1024 --nproc-per-node=8" in result.stdout
+    assert "--nnodes=1024 --nproc-per-node=4" in result.stdout
+    assert "node ranks 512-1023, global ranks 4096-6143" in result.stdout

@@ -32,6 +32,74 @@ export SLURMGEN_STOP_FILE=/tmp/slurmgen-golden-logs/.stop-"$SLURM_JOB_ID"
 rm -f "$SLURMGEN_STOP_FILE"
 echo "slurmgen: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} of at most 3) on $(hostname): world size 8, master $MASTER_ADDR:$MASTER_PORT"
 
+# Preflight: one quick step per node reports its software; any difference between nodes (or a
+# missing training target or model) stops the job here, before a rank starts and hangs.
+read -r -d '' SLURMGEN_PREFLIGHT_REPORT <<'PY'
+import importlib.metadata as md, importlib.util, json, os, socket, sys, platform
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return "missing"
+torch = version("torch")
+nccl = next((version(n) for n in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+             if version(n) != "missing"), "none")
+kind, target, model, expected = sys.argv[1:5]
+if kind == "module":
+    try:
+        found = importlib.util.find_spec(target) is not None
+    except ImportError:
+        found = False
+else:
+    found = os.path.isfile(target)
+visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+print("SLURMGEN_PREFLIGHT " + json.dumps({
+    "host": socket.gethostname(), "python": platform.python_version(), "torch": torch,
+    "cuda": torch.split("+", 1)[1] if "+" in torch else "default", "nccl": nccl,
+    "transformers": version("transformers"), "trl": version("trl"), "datasets": version("datasets"),
+    "gpus": "%d of %s" % (len(visible), expected),
+    "target": "found" if found else "MISSING: " + target,
+    "model": "not checked" if not model else ("found" if os.path.exists(model) else "MISSING: " + model),
+}), flush=True)
+PY
+read -r -d '' SLURMGEN_PREFLIGHT_COMPARE <<'PY'
+import collections, json, sys
+reports = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("SLURMGEN_PREFLIGHT ")]
+expected = int(sys.argv[2])
+problems = []
+if len(reports) != expected:
+    problems.append(("(job)", "nodes reporting", str(len(reports)), str(expected)))
+for field in ("python", "torch", "cuda", "nccl", "transformers", "trl", "datasets"):
+    values = collections.Counter(r[field] for r in reports)
+    usual = values.most_common(1)[0][0] if values else ""
+    problems += [(r["host"], field, r[field], usual) for r in reports if r[field] != usual]
+for r in reports:
+    seen, _, want = r["gpus"].partition(" of ")
+    if seen != want:
+        problems.append((r["host"], "GPUs visible", seen, want))
+    for field in ("target", "model"):
+        if r[field].startswith("MISSING"):
+            problems.append((r["host"], field, r[field], "found"))
+if problems:
+    print("slurmgen: preflight failed; not starting training:")
+    rows = [("node", "what", "found", "expected")] + sorted(problems)
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    sys.exit(1)
+print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transformers %s, trl %s, datasets %s"
+      % (len(reports), *(reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets"))))
+PY
+SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
+: > "$SLURMGEN_PREFLIGHT_LOG"
+srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=1 \
+    python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 2 >> "$SLURMGEN_PREFLIGHT_LOG" &
+wait
+if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 4; then
+    exit 1
+fi
+rm -f "$SLURMGEN_PREFLIGHT_LOG"
+
 # Components run in the background; the first one to fail stops the others.
 COMPONENT_PIDS=()
 COMPONENT_NAMES=()
