@@ -9,7 +9,7 @@ import sys
 import click
 
 from slurmgen import __version__
-from slurmgen.options import job_options, spec_from_options
+from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import render
 from slurmgen.spec import SpecError
@@ -76,15 +76,24 @@ def cli():
 @cli.command("render")
 @click.option("-o", "--output", default="generated.sh", show_default=True,
               help="Where to write the script; - for stdout.")
+@click.option("--show-config", is_flag=True, help="Print the effective settings and their sources, then stop.")
+@click.option("--check", "check_first", is_flag=True,
+              help="Ask the cluster first (as `slurmgen check`); write nothing if the layout cannot run.")
 @job_options
-def render_command(output, **params):
+@click.pass_context
+def render_command(ctx, output, show_config, check_first, **params):
     """Write an sbatch script for the layout: `slurmgen render --nodes 4 --gpus 1,1,2,2 -- --max_steps 100`."""
+    if show_config:
+        click.echo(describe_settings(ctx, params))
+        return
     try:
         _check_output_path(output)
         spec = spec_from_options(params)
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
+    if check_first and not run_check(plan, err=output == "-"):
+        sys.exit(1)
     text = render(plan, command=invoked_command())
     os.makedirs(spec.log_dir, exist_ok=True)
     to_stdout = output == "-"
@@ -96,6 +105,30 @@ def render_command(output, **params):
     if not to_stdout:
         info += f"\nwrote {output}; logs go to {spec.log_dir}\nsubmit with: sbatch {shlex.quote(output)}"
     click.echo(info, err=to_stdout)
+
+
+def run_check(plan, err=False) -> bool:
+    from slurmgen.check import assess
+    from slurmgen.cluster import ClusterError, query
+
+    try:
+        cluster = query()
+    except ClusterError as error:
+        fail(f"cannot ask the cluster: {error}", 1)
+    verdict = assess(plan, cluster)
+    click.echo(verdict.text(), err=err)
+    return verdict.ok
+
+
+@cli.command("check")
+@job_options
+def check_command(**params):
+    """Say whether the layout can run on this cluster, where, and if not why. Exit 0 yes, 1 no."""
+    try:
+        spec = spec_from_options(params)
+    except SpecError as err:
+        fail(str(err))
+    sys.exit(0 if run_check(materialize(spec)) else 1)
 
 
 @cli.command("watch")

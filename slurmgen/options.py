@@ -61,12 +61,48 @@ JOB_OPTIONS = [
 ]
 
 
+def _apply_profile(ctx: click.Context, _param, name):
+    """Eager: fill click's default_map from the profile before any other option is read."""
+    from slurmgen import profiles
+
+    multiple = {p.name: getattr(p, "multiple", False) for p in ctx.command.params
+                if isinstance(p, click.Option) and p.name in option_names()}
+    try:
+        values, path = profiles.load(name, multiple)
+    except SpecError as err:
+        raise click.UsageError(str(err)) from None
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    ctx.meta["slurmgen.profile"] = (name or "default", path) if values or name else None
+    return name
+
+
 def job_options(func):
     """Decorate a click command with every job option, then the training arguments after --."""
     func = click.argument("train_args", nargs=-1, type=click.UNPROCESSED)(func)
     for decls, kwargs in reversed(JOB_OPTIONS):
         func = click.option(*decls, **kwargs)(func)
+    func = click.option("--profile", default=None, is_eager=True, expose_value=False,
+                        callback=_apply_profile,
+                        help="Profile (table) in slurmgen.toml; [default] applies without it.")(func)
     return func
+
+
+def describe_settings(ctx: click.Context, params: dict) -> str:
+    """Effective job settings and where each came from (command line, profile, default)."""
+    from click.core import ParameterSource
+
+    profile = ctx.meta.get("slurmgen.profile")
+    origin = {ParameterSource.COMMANDLINE: "command line", ParameterSource.ENVIRONMENT: "environment",
+              ParameterSource.DEFAULT: "default", ParameterSource.DEFAULT_MAP:
+              f"profile [{profile[0]}] in {profile[1]}" if profile else "profile"}
+    lines = []
+    for name in option_names():
+        value = params.get(name)
+        if isinstance(value, tuple):
+            value = list(value)
+        source = origin.get(ctx.get_parameter_source(name), "default")
+        lines.append(f"{name.replace('_', '-'):<20} = {value!r:<30} # {source}")
+    return "\n".join(lines)
 
 
 def option_names() -> list[str]:

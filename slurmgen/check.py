@@ -1,0 +1,84 @@
+"""Can this plan run on this cluster? Pure: a Plan and ClusterInfo in, a verdict and reasons out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurmgen.cluster import ClusterInfo, Node
+from slurmgen.plan import Plan
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    lines: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _describe(node: Node) -> str:
+    why = f" ({node.reason})" if node.reason else ""
+    return f"{node.name} is {node.state}{why}"
+
+
+def _excluded(plan: Plan) -> set[str]:
+    if not plan.spec.exclude:
+        return set()
+    import hostlist
+
+    return set(hostlist.expand_hostlist(plan.spec.exclude))
+
+
+def _suggest(usable: list[Node]) -> str:
+    """The largest layout the usable nodes could take, in the user's terms."""
+    counts = sorted((n.gpus for n in usable if n.gpus > 0), reverse=True)
+    if not counts:
+        return "no usable node in this partition has a GPU"
+    layout = ",".join(map(str, counts))
+    return f"suggestion: --nodes {len(counts)} --gpus {layout} fits the usable nodes here"
+
+
+def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
+    spec = plan.spec
+    partition = spec.partition or cluster.default_partition
+    verdict = Verdict(ok=True, lines=[f"cluster: {cluster.version}; partition {partition or '(none)'}"
+                                      f"{'' if spec.partition else ' (default)'}"])
+    if partition not in cluster.partitions:
+        verdict.ok = False
+        verdict.lines.append(f"cannot run: partition {partition!r} does not exist;"
+                             f" partitions here: {', '.join(cluster.partitions) or 'none'}")
+        return verdict
+    excluded = _excluded(plan)
+    members = [n for n in cluster.nodes if n.partition == partition and n.name not in excluded]
+    usable = [n for n in members if n.usable]
+    for node in members:
+        if not node.usable:
+            verdict.lines.append(f"note: {_describe(node)}; not counted")
+    taken: set[str] = set()
+    per_component: dict[int, list[str]] = {}
+    # Largest GPU counts first, each on the smallest nodes that suffice, so small jobs leave room.
+    for comp in sorted(plan.components, key=lambda c: -c.gpus_per_node):
+        pinned = set(spec.nodelist[i] for i, g in enumerate(spec.gpus) if g == comp.gpus_per_node) \
+            if spec.nodelist else None
+        fits = sorted((n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
+                       and (pinned is None or n.name in pinned)), key=lambda n: (n.gpus, n.name))
+        label = f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
+        if len(fits) >= comp.nodes:
+            chosen = fits[:comp.nodes]
+            taken.update(n.name for n in chosen)
+            per_component[comp.index] = [f"{label}: can run on {', '.join(n.name for n in chosen)}"]
+            continue
+        verdict.ok = False
+        names = ", ".join(n.name for n in fits) or "none"
+        lines = [f"{label}: cannot run: needs {comp.nodes} node(s) with >= {comp.gpus_per_node}"
+                 f" GPU(s) in partition {partition}; {len(fits)} usable ({names})"]
+        lines += [f"  {_describe(n)}" for n in members if not n.usable and n.gpus >= comp.gpus_per_node]
+        per_component[comp.index] = lines
+    for index in sorted(per_component):
+        verdict.lines += per_component[index]
+    if verdict.ok:
+        verdict.lines.append(f"result: the layout can run (world size {plan.world_size})")
+    else:
+        verdict.lines.append(f"result: the layout cannot run here; {_suggest(usable)}")
+    return verdict

@@ -1,0 +1,80 @@
+"""Profiles: TOML tables of option defaults, `[default]` unless --profile NAME is given.
+
+Looked up as ./slurmgen.toml, else $XDG_CONFIG_HOME/slurmgen/slurmgen.toml (~/.config/...).
+Keys are the long option names; command-line options win because profiles only fill click's
+default_map.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+from slurmgen.spec import SpecError
+
+FILE_NAME = "slurmgen.toml"
+
+
+def profile_file() -> Optional[Path]:
+    local = Path.cwd() / FILE_NAME
+    if local.is_file():
+        return local
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    user = Path(config) / "slurmgen" / FILE_NAME
+    return user if user.is_file() else None
+
+
+def _line_of(text: str, key: str) -> int:
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*['\"]?{re.escape(key)}['\"]?\s*=", line):
+            return number
+    return 0
+
+
+def _as_option_value(name: str, value, multiple: bool):
+    """TOML value -> what click would have parsed from the command line."""
+    if name == "gpus" and isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if name == "env" and isinstance(value, dict):
+        return [f"{k}={v}" for k, v in value.items()]
+    if multiple and not isinstance(value, list):
+        return [value]
+    return value
+
+
+def load(name: Optional[str], params: dict, path: Optional[Path] = None) -> tuple[dict, Optional[Path]]:
+    """Return (click default_map, file) for profile NAME (or [default]); params: option name -> multiple."""
+    path = path or profile_file()
+    if path is None:
+        if name:
+            raise SpecError(f"--profile {name!r}: no {FILE_NAME} in this directory or the user config directory")
+        return {}, None
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: {err}") from None
+    table_name = name or "default"
+    if table_name not in data:
+        if name:
+            raise SpecError(f"--profile {name!r}: {path} has no [{name}] table; it has "
+                            f"{', '.join(sorted(data)) or 'none'}")
+        return {}, path
+    table = data[table_name]
+    if not isinstance(table, dict):
+        raise SpecError(f"{path}: line {_line_of(text, table_name)}: {table_name} must be a [table]")
+    values = {}
+    for key, value in table.items():
+        option = key.replace("-", "_")
+        if option not in params:
+            raise SpecError(f"{path}: line {_line_of(text, key)}: unknown option {key!r} in [{table_name}];"
+                            f" valid: {', '.join(sorted(k.replace('_', '-') for k in params))}")
+        values[option] = _as_option_value(option, value, params[option])
+    return values, path

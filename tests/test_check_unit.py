@@ -1,0 +1,54 @@
+"""`slurmgen check` judgement on fixed sinfo output (pure); the real cluster is in tests/e2e."""
+from slurmgen.check import assess
+from slurmgen.cluster import ClusterInfo, gpu_count, parse_sinfo
+from slurmgen.plan import materialize
+from slurmgen.spec import JobSpec
+
+SINFO = """node1|debug*|gpu:1|idle|16|none
+node2|debug*|gpu:1|mixed|16|none
+node3|debug*|gpu:a100:2(S:0-1)|idle|16|none
+node4|debug*|gpu:2|drained|16|maintenance
+node5|cpu|(null)|idle|64|none
+"""
+
+
+def cluster():
+    default, nodes = parse_sinfo(SINFO)
+    return ClusterInfo(version="slurm 22.05.8", default_partition=default, nodes=tuple(nodes))
+
+
+def verdict(gpus, **kwargs):
+    return assess(materialize(JobSpec(gpus=tuple(gpus), **kwargs).validate()), cluster())
+
+
+def test_gres_forms():
+    assert [gpu_count(g) for g in ("gpu:2", "gpu:a100:4(S:0-1)", "gpu:1,shard:8", "(null)")] == [2, 4, 1, 0]
+
+
+def test_layout_that_fits_says_where():
+    v = verdict((1, 1, 2))
+    assert v.ok
+    assert "component 1 (1 node(s) x 2 GPU(s)): can run on node3" in v.text()
+    assert "component 0 (2 node(s) x 1 GPU(s)): can run on node1, node2" in v.text()
+
+
+def test_drained_node_is_reported_and_not_counted():
+    v = verdict((2, 2))
+    assert not v.ok
+    assert ("component 0 (2 node(s) x 2 GPU(s)): cannot run: needs 2 node(s) with >= 2 GPU(s)"
+            " in partition debug; 1 usable (node3)") in v.text()
+    assert "  node4 is drained (maintenance)" in v.text()
+    assert "suggestion: --nodes 3 --gpus 2,1,1 fits the usable nodes here" in v.text()
+
+
+def test_missing_partition():
+    v = verdict((1,), partition="gpu")
+    assert not v.ok
+    assert "cannot run: partition 'gpu' does not exist; partitions here: cpu, debug" in v.text()
+
+
+def test_exclude_and_pinned_nodes_are_respected():
+    excluded = verdict((1, 1), exclude="node1")
+    assert excluded.ok and "can run on node2, node3" in excluded.text()
+    v = verdict((1, 1), nodelist=("node1", "node3"))
+    assert v.ok and "can run on node1, node3" in v.text()

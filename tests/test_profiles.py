@@ -1,0 +1,69 @@
+"""Profiles: [default] without --profile, [NAME] with it, the command line wins, clear errors."""
+import pytest
+
+
+@pytest.fixture
+def profile_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "slurmgen.toml").write_text(
+        '[default]\npartition = "debug"\nnodes = 4\ngpus = [1, 1, 2, 2]\nenv = { HF_HOME = "/shared/hf" }\n\n'
+        '[big]\npartition = "gpu"\ncpus-per-gpu = 8\nsetup = ["module load cuda"]\n')
+    return tmp_path
+
+
+def script(result_dir):
+    return (result_dir / "generated.sh").read_text()
+
+
+def test_default_profile_applies(render_args, profile_dir):
+    assert render_args("render").exit_code == 0
+    text = script(profile_dir)
+    assert "#SBATCH --partition=debug" in text and "world size 6" in text
+    assert "export HF_HOME=/shared/hf" in text
+
+
+def test_named_profile_and_command_line_wins(render_args, profile_dir):
+    result = render_args("render", "--profile", "big", "--cpus-per-gpu", "2")
+    assert result.exit_code == 0, result.output
+    text = script(profile_dir)
+    assert "#SBATCH --partition=gpu" in text
+    assert "#SBATCH --cpus-per-task=2" in text
+    assert "module load cuda" in text
+
+
+def test_show_config_names_sources(render_args, profile_dir):
+    result = render_args("render", "--show-config", "--time", "30")
+    lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines()}
+    assert f"# profile [default] in {profile_dir / 'slurmgen.toml'}" in lines["partition"]
+    assert "# command line" in lines["time"]
+    assert "# default" in lines["job-name"]
+    assert not (profile_dir / "generated.sh").exists()
+
+
+def test_user_config_directory_is_the_fallback(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config" / "slurmgen").mkdir(parents=True)
+    (tmp_path / "config" / "slurmgen" / "slurmgen.toml").write_text('[default]\nqos = "low"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert render_args("render").exit_code == 0
+    assert "#SBATCH --qos=low" in (tmp_path / "generated.sh").read_text()
+
+
+@pytest.mark.parametrize("content,message", [
+    ('[default]\npartition = "debug\n', "slurmgen.toml: Illegal character '\\n' (at line 2, column 19)"),
+    ('[default]\nnodes = 2\nbogus = 1\n', "slurmgen.toml: line 3: unknown option 'bogus' in [default]; valid: "),
+])
+def test_malformed_profile_names_file_and_line(render_args, profile_dir, content, message):
+    (profile_dir / "slurmgen.toml").write_text(content)
+    result = render_args("render")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"slurmgen: error: {profile_dir}/{message}")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_unknown_profile(render_args, profile_dir):
+    result = render_args("render", "--profile", "tiny")
+    assert result.exit_code == 2
+    assert result.stderr == (f"slurmgen: error: --profile 'tiny': {profile_dir / 'slurmgen.toml'}"
+                             " has no [tiny] table; it has big, default\n")
