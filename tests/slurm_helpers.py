@@ -1,0 +1,199 @@
+"""Small helpers for tests that run real jobs on a Slurm cluster (tests/localcluster.sh).
+
+Standard library only. Jobs are submitted with ``sbatch --parsable`` and followed by polling
+``scontrol show job -o`` every half second: ``sbatch --wait`` polls with a growing interval and
+returned 30 s late for short jobs.
+
+    ok, reason = cluster_available()
+    job_id = submit("job.sh", "--nodes=2", cwd=workdir)
+    result = wait_job(job_id, timeout=120)
+    assert result["State"] == "COMPLETED", result
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE",
+})
+#: node states in which a node can take (or is running) jobs; sinfo adds "*" etc. when it cannot
+HEALTHY_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+POLL_INTERVAL = 0.5
+
+JobId = Union[int, str]
+
+# A key starts a field: a space (or the start) then Name= ; Slurm keys hold letters, digits and
+# a few of _ : / - (e.g. "ReqB:S:C:T=", "CPUs/Task=", "TresPerNode="). Values may hold spaces
+# (Comment=, Reason=, Command= with spaces): they run up to the next key.
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/\-]*)=")
+
+
+def _run(args: List[str], timeout: float = 30, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def parse_kv(line: str) -> Dict[str, str]:
+    """Parse one line of ``scontrol show ... -o`` output into a dict (values kept as text).
+
+    A key that appears twice keeps its first value (scontrol repeats none that matter)."""
+    line = line.strip()
+    matches = list(_KEY.finditer(line))
+    out: Dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out.setdefault(m.group(1), line[m.end():end].strip())
+    return out
+
+
+def cluster_available() -> Tuple[bool, str]:
+    """(True, summary) when ``sinfo`` answers and lists nodes that can run jobs, else (False, reason)."""
+    if shutil.which("sinfo") is None:
+        return False, "sinfo not found (as root: tests/localcluster.sh install && tests/localcluster.sh up)"
+    try:
+        proc = _run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=20)
+    except subprocess.TimeoutExpired:
+        return False, "sinfo timed out after 20 s (is slurmctld up? tests/localcluster.sh status)"
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        return False, f"sinfo failed: {msg[-1] if msg else proc.returncode} (tests/localcluster.sh up)"
+    nodes: Dict[str, str] = {}
+    for row in proc.stdout.splitlines():
+        parts = row.split()
+        if len(parts) >= 2:
+            nodes[parts[0]] = parts[1]
+    if not nodes:
+        return False, "sinfo lists no nodes"
+    bad = {n: s for n, s in nodes.items() if s not in HEALTHY_NODE_STATES}
+    if bad:
+        listing = ", ".join(f"{n}={s}" for n, s in sorted(bad.items()))
+        return False, f"nodes not usable: {listing} (tests/localcluster.sh status)"
+    return True, f"{len(nodes)} nodes: " + ", ".join(f"{n}={s}" for n, s in sorted(nodes.items()))
+
+
+def submit(script_path: Union[str, Path], *sbatch_args: str, cwd=None) -> str:
+    """``sbatch --parsable [ARGS] SCRIPT``; returns the job id (text, e.g. "42").
+
+    Raises RuntimeError with sbatch's message when the submission is refused."""
+    cmd = ["sbatch", "--parsable", *map(str, sbatch_args), str(script_path)]
+    proc = _run(cmd, timeout=60, cwd=cwd)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    job_id = first.split(";")[0].strip()  # "ID" or "ID;cluster"
+    if not job_id.isdigit():
+        raise RuntimeError(f"sbatch --parsable printed {proc.stdout!r}, not a job id")
+    return job_id
+
+
+def _show_job(job_id: JobId) -> Tuple[int, str]:
+    proc = _run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30)
+    return proc.returncode, (proc.stdout if proc.returncode == 0 else proc.stderr)
+
+
+def show_job_text(job_id: JobId) -> str:
+    """``scontrol show job JOB`` as people read it (for error messages)."""
+    try:
+        proc = _run(["scontrol", "show", "job", str(job_id)], timeout=30)
+        return (proc.stdout + proc.stderr).strip()
+    except subprocess.TimeoutExpired:
+        return "scontrol show job timed out"
+
+
+def job_info(job_id: JobId) -> Dict:
+    """``scontrol show job -o JOB`` parsed into a dict of Slurm's keys (values are strings).
+
+    For a het job scontrol prints one record per component; the dict is the leader's record
+    (HetJobOffset=0), and ``info["components"]`` lists every record in offset order (for an
+    ordinary job it holds the one record). Raises LookupError when Slurm does not know the job."""
+    rc, text = _show_job(job_id)
+    if rc != 0:
+        raise LookupError(f"scontrol show job {job_id}: {text.strip()}")
+    records = [parse_kv(line) for line in text.splitlines() if "JobId=" in line]
+    if not records:
+        raise LookupError(f"scontrol show job {job_id}: no record in {text!r}")
+    records.sort(key=lambda r: int(r.get("HetJobOffset", "0") or 0))
+    leader = dict(records[0])
+    leader["components"] = records
+    return leader
+
+
+def _summary(info: Dict) -> Dict:
+    comps = info["components"]
+    result = dict(info)
+    result.update({
+        "job_id": info.get("HetJobId") or info.get("JobId"),
+        "State": info.get("JobState", ""),
+        "ExitCode": info.get("ExitCode", ""),
+        "het": len(comps) > 1 or "HetJobId" in info,
+        "component_states": [c.get("JobState", "") for c in comps],
+        "Components": [{
+            "JobId": c.get("JobId"), "HetJobOffset": c.get("HetJobOffset", "0"),
+            "State": c.get("JobState", ""), "ExitCode": c.get("ExitCode", ""),
+            "NodeList": c.get("NodeList", ""), "Restarts": c.get("Restarts", "0"),
+        } for c in comps],
+    })
+    return result
+
+
+def is_finished(info: Dict) -> bool:
+    """True when the job (every component of a het job) is in a terminal state."""
+    return all(c.get("JobState", "") in TERMINAL_STATES for c in info["components"])
+
+
+def wait_job(job_id: JobId, timeout: float = 300, poll: float = POLL_INTERVAL) -> Dict:
+    """Poll ``scontrol show job -o`` every ``poll`` s until the job (all its het components) ends.
+
+    Returns the leader's record (every scontrol key) plus: ``State`` (final JobState), ``ExitCode``,
+    ``job_id``, ``het``, ``component_states`` and ``Components`` (per component JobId,
+    HetJobOffset, State, ExitCode, NodeList, Restarts). Raises TimeoutError with the
+    ``scontrol show job`` text when it has not ended after ``timeout`` seconds. A requeued job
+    (PENDING again) is waited for; see ``nudge``."""
+    deadline = time.monotonic() + timeout
+    info = None
+    while True:
+        try:
+            info = job_info(job_id)
+        except (LookupError, subprocess.TimeoutExpired):
+            info = None  # slurmctld busy for a moment; try again until the deadline
+        if info is not None and is_finished(info):
+            return _summary(info)
+        if time.monotonic() >= deadline:
+            states = info and [c.get("JobState") for c in info["components"]]
+            raise TimeoutError(f"job {job_id} not finished after {timeout:g} s (states {states}):\n"
+                               f"{show_job_text(job_id)}")
+        time.sleep(poll)
+
+
+def wait_state(job_id: JobId, predicate, timeout: float = 60, poll: float = 0.2) -> Dict:
+    """Poll until ``predicate(job_info(job_id))`` is true; returns that info or raises TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = job_info(job_id)
+            if predicate(info):
+                return info
+        except LookupError:
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"job {job_id}: condition not met after {timeout:g} s:\n{show_job_text(job_id)}")
+        time.sleep(poll)
+
+
+def nudge(job_id: JobId) -> bool:
+    """``scontrol update jobid=JOB StartTime=now``: for a requeued job, which Slurm holds for about
+    two minutes (EligibleTime) and which, on an idle cluster, the backfill scheduler (the only one
+    that starts het jobs) does not look at again until something changes. Tests only: the product
+    must not need this. Returns False when Slurm refused (e.g. the job is no longer pending)."""
+    proc = _run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], timeout=30)
+    return proc.returncode == 0
+
+
+def cancel(job_id: JobId) -> None:
+    """``scancel JOB`` (errors ignored: the job may have ended)."""
+    _run(["scancel", str(job_id)], timeout=30)
