@@ -39,6 +39,20 @@ def _bytecode_cache():
     return jinja2.FileSystemBytecodeCache(directory)
 
 
+def sbatch_quote(value) -> str:
+    """Quote a value for an #SBATCH line, which sbatch (not bash) parses: double quotes, with
+    backslash escaping backslash and double quote inside them."""
+    text = str(value)
+    if text and all(c.isalnum() or c in "_.,:/+=@%[]-" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def output_pattern(log_dir: str) -> str:
+    """Slurm expands %-patterns in --output; a literal % in the directory is written %%."""
+    return sbatch_quote(log_dir.replace("%", "%%") + "/%x-%j.out")
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -52,6 +66,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["comment"] = comment
+    env.filters["sq"] = sbatch_quote
     return env
 
 
@@ -113,6 +128,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "command": command,
         "target": spec.target,
         "log_dir": spec.log_dir,
+        "output_pattern": output_pattern(spec.log_dir),
         "layout": run_length(spec.gpus),
         "nodelist_var": "SLURM_JOB_NODELIST_HET_GROUP_0" if plan.heterogeneous else "SLURM_JOB_NODELIST",
         "port_span": spec.port_range[1] - spec.port_range[0] + 1,

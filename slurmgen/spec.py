@@ -22,9 +22,7 @@ _MEM = re.compile(r"[0-9]+[KMGT]?\Z")
 # Names Slurm takes in #SBATCH lines (partition, account, qos, node lists, features).
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
-_LOG_DIR = re.compile(r"[^\s'\"\\%]+\Z")
 _IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.,:\-]+\Z")
-_JOB_NAME = re.compile(r"[A-Za-z0-9_.:+@=,\-]+\Z")
 # Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 _TIME_FORMS = (
     (re.compile(r"(\d+)\Z"), ("m",)),
@@ -168,10 +166,8 @@ class JobSpec:
                 f"--launcher accelerate cannot run the uneven layout {layout}: accelerate starts"
                 " num_processes // num_machines processes on every node; use --launcher torchrun"
             )
-        if not _JOB_NAME.match(self.job_name):
-            raise SpecError(
-                f"--job-name {self.job_name!r}: use letters, digits and . _ - + : @ = , only"
-            )
+        if not self.job_name or not self.job_name.isprintable():
+            raise SpecError(f"--job-name {self.job_name!r}: must be non-empty printable text on one line")
         for option, value in (("--partition", self.partition), ("--account", self.account),
                               ("--qos", self.qos), ("--exclude", self.exclude)):
             _check_word(option, value)
@@ -215,11 +211,8 @@ class JobSpec:
                 _check_no_newline(option, value)
         for line in self.setup:
             _check_no_newline("--setup", line)
-        if not _LOG_DIR.match(self.log_dir):
-            raise SpecError(
-                f"--log-dir {self.log_dir!r}: Slurm's #SBATCH --output cannot hold whitespace,"
-                " quotes, backslashes or %; choose a plainer path"
-            )
+        if not self.log_dir.isprintable():
+            raise SpecError(f"--log-dir {self.log_dir!r}: must be printable text on one line")
         _check_no_newline("--python", self.python)
         return self
 

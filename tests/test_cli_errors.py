@@ -26,7 +26,7 @@ CASES = [
     (["--nodes", "2", "--nodelist", "node[1-3]"],
      "--nodelist 'node1,node2,node3': names 3 nodes for --nodes 2; give exactly one host per node"),
     (["--time", "2", "--grace", "300"], "--time '2': must be longer than the --grace period of 300 s"),
-    (["--job-name", "a b"], "--job-name 'a b': use letters, digits and . _ - + : @ = , only"),
+    (["--job-name", "a\tb"], "--job-name 'a\\tb': must be non-empty printable text on one line"),
 ]
 
 

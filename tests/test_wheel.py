@@ -30,7 +30,7 @@ def test_wheel_installs_and_finds_templates(tmp_path):
                             cwd=work, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "world size 6" in result.stdout
-    assert (work / "generated.sh").read_text().count("srun --het-group=") == 2
+    assert (work / "generated.sh").read_text().count("srun --het-group=") == 4
     where = subprocess.run([fresh / "bin" / "python", "-c",
                             "import slurmgen.render as r; print(r.template_dir())"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.strip()

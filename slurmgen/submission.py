@@ -1,0 +1,381 @@
+"""Submit a JobSpec through submitit and follow it: the Python API behind `python -m slurmgen.submit`.
+
+    from slurmgen.spec import JobSpec
+    from slurmgen.submission import submit_job
+
+    spec = JobSpec(gpus=(1, 1, 2, 2), module="train.sft",
+                   train_args=("--model_name_or_path", "lm", "--output_dir", "runs/sft")).validate()
+    job = submit_job(spec)                 # returns once Slurm accepted the job
+    job.wait(progress=print)               # Status(state, restarts, progress) at every change
+    metrics = job.result()                 # rank 0's metrics; JobFailed names the failing task
+
+One Slurm task per GPU (`--nodes N --ntasks sum(gpus) --gpus-per-task 1`), each running
+slurmgen.task.TrainTask. State comes from `scontrol` (submitit asks `sacct`, which needs
+accounting); results from submitit's per-task result pickles. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, NamedTuple, Optional
+
+from slurmgen import watch
+from slurmgen.spec import JobSpec, SpecError
+from slurmgen.task import START_MARK, TrainTask, output_dir_arg
+
+DEFAULT_FOLDER = "logs/submitit"
+# submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
+# long "limit" keeps submitit from counting a preemption as a time-out.
+NO_LIMIT_MINUTES = 365 * 24 * 60
+TAIL_LINES = 20
+# A task that failed while others still run: cancel the rest after this many seconds, so a
+# rank stuck in a collective does not hold the job until the collective timeout.
+FAIL_FAST_S = 10.0
+
+
+class SubmitError(RuntimeError):
+    """The job could not be submitted (no Slurm here, sbatch refused it); one line."""
+
+
+class JobFailed(RuntimeError):
+    """The job ended without success. `failure` names the task and holds its log tail."""
+
+    def __init__(self, job_id: str, state: str, failure: Optional["TaskFailure"]):
+        self.job_id, self.state, self.failure = job_id, state, failure
+        where = f": {failure.name} failed" if failure else ""
+        super().__init__(f"job {job_id} {state}{where}")
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    task: int
+    host: Optional[str]
+    stderr: Path
+    tail: str
+
+    @property
+    def name(self) -> str:
+        return f"task {self.task} on {self.host}" if self.host else f"task {self.task}"
+
+
+class Status(NamedTuple):
+    state: str  # Slurm's JobState (PENDING, RUNNING, COMPLETED, FAILED, ...)
+    restarts: str  # how often Slurm requeued it
+    progress: Optional[dict]  # newest line of rank 0's progress.jsonl
+
+
+# ---------------------------------------------------------------------------- pure parts
+def check_submittable(spec: JobSpec) -> None:
+    """What `render` accepts but submit cannot do. Raises SpecError (one line)."""
+    if spec.launcher == "accelerate":
+        raise SpecError("--launcher accelerate: python -m slurmgen.submit starts one task per GPU"
+                        " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
+
+
+def world_size(spec: JobSpec) -> int:
+    return sum(spec.gpus)
+
+
+def time_minutes(spec: JobSpec) -> Optional[int]:
+    """The time limit in whole minutes (submitit's unit), None without a limit."""
+    seconds = spec.time_seconds
+    return None if seconds is None else max(1, math.ceil(seconds / 60))
+
+
+def slurm_parameters(spec: JobSpec) -> dict:
+    """SlurmExecutor.update_parameters() arguments for one task per GPU."""
+    minutes = time_minutes(spec)
+    extra = {"ntasks": world_size(spec), "gpus_per_task": 1}
+    if minutes is not None:
+        extra["time"] = spec.time  # exactly as given, seconds included
+    params = dict(
+        job_name=spec.job_name,
+        nodes=spec.nodes,
+        cpus_per_task=spec.cpus_per_gpu,
+        time=minutes or NO_LIMIT_MINUTES,
+        signal_delay_s=spec.grace,
+        additional_parameters=extra,
+        # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
+        # rank fails instead of leaving the others in a collective until it times out.
+        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1"],
+    )
+    optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
+                    constraint=spec.constraint, exclude=spec.exclude,
+                    nodelist=",".join(spec.nodelist) or None,
+                    setup=list(spec.setup) or None)
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def local_parameters(spec: JobSpec) -> dict:
+    """LocalExecutor parameters: every rank on this machine, one GPU index each."""
+    world = world_size(spec)
+    params = dict(tasks_per_node=world, gpus_per_node=world, signal_delay_s=spec.grace,
+                  timeout_min=time_minutes(spec) or NO_LIMIT_MINUTES)
+    if spec.setup:
+        params["setup"] = list(spec.setup)
+    return params
+
+
+def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
+    port = spec.master_port
+    if local and port is None:
+        port = free_port()
+    return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=tuple(spec.env),
+                     master_port=port, collective_timeout=spec.collective_timeout,
+                     grace=spec.grace, threads=spec.cpus_per_gpu)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def resolve_output_dir(train_args, cwd: Optional[str] = None) -> Optional[Path]:
+    """Where training writes metrics.json and progress.jsonl: its --output_dir, taken relative
+    to the submitting directory (the job's working directory). None if not given."""
+    value = output_dir_arg(train_args)
+    if not value:
+        return None
+    return Path(cwd or os.getcwd(), os.path.expanduser(value)).resolve()
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def task_host(stdout: Path) -> Optional[str]:
+    """The host a task ran on, from the first line TrainTask prints."""
+    try:
+        with stdout.open(errors="replace") as handle:
+            for line in handle:
+                if line.startswith(START_MARK):
+                    # "slurmgen-task: task 3 on node3: rank 3/6 ..."
+                    return line.split(" on ", 1)[1].split(":", 1)[0].strip()
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def pick_failed_task(outcomes: dict, world: int) -> int:
+    """The task to blame: the earliest one that raised; else the first without a result."""
+    errors = sorted((mtime, task) for task, (outcome, mtime) in outcomes.items() if outcome == "error")
+    if errors:
+        return errors[0][1]
+    missing = [t for t in range(world) if outcomes.get(t, (None,))[0] != "success"]
+    return missing[0] if missing else 0
+
+
+# ---------------------------------------------------------------------------- submission
+def _slurm_executor_class():
+    from submitit import SlurmExecutor
+
+    class Executor(SlurmExecutor):
+        """submitit's Slurm executor with the task count and time limit slurmgen wants."""
+
+        def __init__(self, folder, world: int, no_time_limit: bool, **kwargs):
+            super().__init__(folder, **kwargs)
+            self.world, self.no_time_limit = world, no_time_limit
+
+        def _num_tasks(self) -> int:
+            return self.world  # submitit counts nodes x ntasks_per_node, wrong for 1,1,2,2
+
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            text = super()._make_submission_file_text(command, uid)
+            if self.no_time_limit:  # let the partition's default apply, as `render` does
+                text = "\n".join(l for l in text.split("\n") if not l.startswith("#SBATCH --time="))
+            return text
+
+    return Executor
+
+
+def _executor(spec: JobSpec, folder: Path, local: bool):
+    python = None if spec.python == "python3" else spec.python  # default: this interpreter
+    if local:
+        from submitit import LocalExecutor
+
+        executor = LocalExecutor(folder, max_num_timeout=spec.max_restarts, python=python)
+        executor.update_parameters(**local_parameters(spec))
+        return executor
+    try:
+        executor = _slurm_executor_class()(folder, world_size(spec), time_minutes(spec) is None,
+                                           max_num_timeout=spec.max_restarts, python=python)
+    except RuntimeError as err:  # no srun on PATH
+        raise SubmitError(f"{err} (use --local to run on this machine)") from None
+    executor.update_parameters(**slurm_parameters(spec))
+    return executor
+
+
+def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False) -> "Submission":
+    """Submit `spec` (already validated) and return a handle at once.
+
+    folder: where submitit keeps the job's pickles and the per-task logs
+    ({job}_{task}_log.out/.err); default: <spec.log_dir>/submitit.
+    local: run on this machine with submitit's LocalExecutor (world size = sum of GPUs).
+    """
+    check_submittable(spec)
+    folder_path = Path(folder or os.path.join(spec.log_dir, "submitit")).expanduser().absolute()
+    executor = _executor(spec, folder_path, local)
+    try:
+        job = executor.submit(make_task(spec, local))
+    except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
+        raise SubmitError(_first_meaningful_line(str(err))) from None
+    return Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local)
+
+
+def _first_meaningful_line(text: str) -> str:
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for line in lines:
+        if "error" in line.lower() and "Command" not in line:
+            return line
+    return lines[-1] if lines else "submission failed"
+
+
+class Submission:
+    """A submitted job: state, progress, logs, rank 0's result, cancel."""
+
+    def __init__(self, job, folder: Path, world: int, output_dir: Optional[Path], local: bool):
+        self._job = job
+        self.job_id: str = str(job.job_id)
+        self.folder = folder
+        self.world_size = world
+        self.output_dir = output_dir
+        self.local = local
+        self._error_seen: Optional[float] = None
+
+    def __repr__(self) -> str:
+        return f"Submission(job_id={self.job_id!r}, folder={str(self.folder)!r})"
+
+    # ------------------------------------------------------------------ files
+    def _paths(self, task: int):
+        from submitit.core.utils import JobPaths
+
+        return JobPaths(self.folder, self.job_id, task)
+
+    def logs(self) -> list[tuple[Path, Path]]:
+        """(stdout, stderr) log paths of every task, rank order."""
+        return [(p.stdout, p.stderr) for p in map(self._paths, range(self.world_size))]
+
+    def _outcomes(self) -> dict:
+        """task -> (outcome "success"/"error", mtime) for tasks that wrote a result."""
+        from submitit.core.utils import pickle_load
+
+        found = {}
+        for task in range(self.world_size):
+            path = self._paths(task).result_pickle
+            try:
+                outcome = pickle_load(path)[0]
+                found[task] = (outcome, path.stat().st_mtime)
+            except (OSError, EOFError, IndexError, TypeError):
+                continue  # not written (yet), or being written
+        return found
+
+    # ------------------------------------------------------------------ state
+    def status(self) -> Status:
+        state, restarts = self._scheduler_state()
+        return Status(state, restarts, watch.last_progress(self.output_dir))
+
+    def state(self) -> str:
+        return self._scheduler_state()[0]
+
+    def done(self) -> bool:
+        return self.state() in watch.TERMINAL
+
+    def _scheduler_state(self) -> tuple[str, str]:
+        if self.local:
+            return self._local_state(), "0"
+        records = watch.job_records(self.job_id)
+        if not records:  # scontrol has forgotten it (MinJobAge): judge from the results
+            return self._state_from_results("UNKNOWN"), "0"
+        return watch.overall_state(records), records[0].get("Restarts", "0")
+
+    def _local_state(self) -> str:
+        raw = self._job.state  # RUNNING, FINISHED, INTERRUPTED (submitit's local names)
+        if raw == "RUNNING":
+            return "RUNNING"
+        return self._state_from_results("CANCELLED" if raw == "INTERRUPTED" else "FAILED")
+
+    def _state_from_results(self, otherwise: str) -> str:
+        outcomes = self._outcomes()
+        if len(outcomes) == self.world_size and all(o == "success" for o, _ in outcomes.values()):
+            return "COMPLETED"
+        if any(o == "error" for o, _ in outcomes.values()):
+            return "FAILED"
+        return otherwise
+
+    def _fail_fast(self, state: str) -> bool:
+        """Cancel a job whose tasks failed while others are still running (stuck in a collective)."""
+        if state != "RUNNING" or not any(o == "error" for o, _ in self._outcomes().values()):
+            return False
+        now = time.monotonic()
+        self._error_seen = self._error_seen or now
+        if now - self._error_seen < FAIL_FAST_S:
+            return False
+        self.cancel()
+        return True
+
+    def wait(self, progress: Optional[Callable[[Status], None]] = None, interval: float = 1.0,
+             timeout: Optional[float] = None) -> str:
+        """Poll until the job ends; call progress(status) whenever it changes. Returns the state
+        (or "WAIT_TIMEOUT" after `timeout` seconds, the job still running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        previous = None
+        while True:
+            status = self.status()
+            if self._fail_fast(status.state):
+                status = status._replace(state="FAILED")
+            if progress is not None and status != previous:
+                progress(status)
+                previous = status
+            if status.state in watch.TERMINAL:
+                return status.state
+            if deadline is not None and time.monotonic() > deadline:
+                return "WAIT_TIMEOUT"
+            time.sleep(interval)
+
+    # ------------------------------------------------------------------ results
+    def failure(self) -> Optional[TaskFailure]:
+        """The failing task and the tail of its error log, None if every task succeeded."""
+        outcomes = self._outcomes()
+        if len(outcomes) == self.world_size and all(o == "success" for o, _ in outcomes.values()):
+            return None
+        task = pick_failed_task(outcomes, self.world_size)
+        paths = self._paths(task)
+        text = tail(paths.stderr) or tail(paths.stdout)
+        return TaskFailure(task, task_host(paths.stdout), paths.stderr, text)
+
+    def metrics_file(self) -> Optional[Path]:
+        if self.output_dir is None:
+            return None
+        path = self.output_dir / "metrics.json"
+        return path if path.is_file() else None
+
+    def result(self) -> Optional[dict]:
+        """Rank 0's metrics once the job is over. Raises JobFailed unless every task succeeded."""
+        state = self.wait()
+        failure = self.failure()
+        if state != "COMPLETED" or failure is not None:
+            raise JobFailed(self.job_id, "FAILED" if state == "COMPLETED" else state, failure)
+        metrics = self._job.task(0).result()
+        if metrics is None and self.metrics_file():  # --script: nothing returned in-process
+            import json
+
+            metrics = json.loads(self.metrics_file().read_text())
+        return metrics
+
+    def cancel(self) -> None:
+        if self.local:
+            self._job.cancel()
+        else:
+            subprocess.run(["scancel", self.job_id], check=False, capture_output=True)

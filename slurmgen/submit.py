@@ -1,0 +1,161 @@
+"""`python -m slurmgen.submit`: the same job as `slurmgen render`, submitted from Python by submitit.
+
+    python -m slurmgen.submit --nodes 4 --gpus 1,1,2,2 [job options] [--folder DIR] \\
+        [--detach] [--local] -- TRAINING ARGUMENTS
+
+Job options are the very ones of `slurmgen render` (slurmgen.options), refused with the same
+one-line messages. Progress (step, loss, throughput) is read from rank 0's progress.jsonl in
+the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input, 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import click
+
+from slurmgen.cli import USAGE_ERROR, fail
+from slurmgen.options import job_options, spec_from_options
+from slurmgen.spec import SpecError
+
+JOB_FAILED = 1
+INTERRUPTED = 130
+
+
+class OneLineCommand(click.Command):
+    """Bad input: one line and exit status 2, exactly as slurmgen.cli.OneLineErrors does for render."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            fail("aborted", INTERRUPTED)
+        except click.ClickException as err:
+            fail(err.format_message(), USAGE_ERROR)
+        except click.exceptions.Exit as exit_:
+            sys.exit(exit_.exit_code)
+
+
+class ProgressPrinter:
+    """One line per change when stdout is a file or pipe; one line redrawn in place on a TTY."""
+
+    def __init__(self, out=None):
+        self.out = out or sys.stdout
+        self.live = self.out.isatty()
+        self.drawn = False
+
+    def __call__(self, status) -> None:
+        from slurmgen.watch import progress_line
+
+        line = progress_line(status.state, status.progress, status.restarts)
+        if self.live:
+            self.out.write("\r" + line.ljust(100))
+            self.drawn = True
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def end(self) -> None:
+        if self.drawn:
+            self.out.write("\n")
+            self.drawn = False
+
+
+def describe_layout(spec, local: bool) -> str:
+    world = sum(spec.gpus)
+    if local:
+        return f"{world} processes on this machine"
+    return f"{world} tasks on {spec.nodes} nodes ({','.join(map(str, spec.gpus))} GPUs)"
+
+
+def report_success(sub, metrics: Optional[dict]) -> None:
+    path = sub.metrics_file()
+    text = path.read_text().rstrip() if path else json.dumps(metrics, indent=2, default=str)
+    click.echo(f"rank 0 metrics{f' ({path})' if path else ''}:\n{text}")
+    click.echo(f"logs: {sub.folder}/{sub.job_id}_<task>_log.out and .err")
+    if sub.output_dir:
+        click.echo(f"model and checkpoints: {sub.output_dir}")
+
+
+def report_failure(err) -> None:
+    click.echo(f"slurmgen: {err}", err=True)
+    failure = err.failure
+    if failure is not None:
+        click.echo(f"--- last lines of {failure.stderr} ---", err=True)
+        click.echo(failure.tail or "(empty)", err=True)
+
+
+def follow(sub, printer: ProgressPrinter, interval: float = 1.0) -> int:
+    """Wait for the job; on Ctrl-C ask whether to cancel it. Returns the exit status."""
+    from slurmgen.submission import JobFailed
+
+    try:
+        sub.wait(progress=printer, interval=interval)
+    except KeyboardInterrupt:
+        printer.end()
+        return interrupted(sub)
+    printer.end()
+    try:
+        metrics = sub.result()
+    except JobFailed as err:
+        report_failure(err)
+        return JOB_FAILED
+    report_success(sub, metrics)
+    return 0
+
+
+def interrupted(sub) -> int:
+    try:
+        cancel = click.confirm(f"\ncancel job {sub.job_id}?", default=False, err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt, EOFError):
+        cancel = False
+    if cancel:
+        sub.cancel()
+        click.echo(f"cancelled job {sub.job_id}", err=True)
+    else:
+        click.echo(f"job {sub.job_id} keeps running; logs in {sub.folder}", err=True)
+    return INTERRUPTED
+
+
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--folder", default=None, type=click.Path(file_okay=False),
+              help="submitit folder: job pickles and per-task logs  [default: LOG_DIR/submitit]")
+@click.option("--detach", is_flag=True, help="Print the job id and the submitit folder, then return.")
+@click.option("--local", is_flag=True,
+              help="Run here with submitit's local executor: one process per GPU, no Slurm.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
+@job_options
+def submit_command(folder, detach, local, interval, **params):
+    """Submit the training job through submitit: one Slurm task per GPU, uneven nodes included.
+
+    Training arguments go after `--`; their --output_dir is where progress, metrics and the
+    model are read from. Slurm picks how tasks spread over nodes from free GPUs: pin --nodelist
+    for an exact split.
+    """
+    from slurmgen.submission import SubmitError, check_submittable, submit_job
+
+    try:
+        spec = spec_from_options(params)
+        check_submittable(spec)
+    except SpecError as err:
+        fail(str(err))
+    try:
+        sub = submit_job(spec, folder, local=local)
+    except SubmitError as err:
+        fail(str(err), JOB_FAILED)
+    click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
+    click.echo(f"submitit folder: {sub.folder}")
+    if detach:
+        return
+    sys.exit(follow(sub, ProgressPrinter(), interval))
+
+
+def main(argv=None):
+    submit_command.main(argv, prog_name="python -m slurmgen.submit")
+
+
+if __name__ == "__main__":
+    main()

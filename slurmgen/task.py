@@ -1,0 +1,182 @@
+"""What runs in each task of a submitted job: one task per GPU, one rank per task.
+
+submitit pickles a `TrainTask` (by reference to this module), starts one Python process per
+Slurm task (or per local process) and calls it there. The task works out its rank with the
+project's own helper (train.distenv: submitit's own helper gets uneven nodes wrong), exports
+RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR... and runs the training entry point in-process.
+
+Nothing heavy is imported at module level: the submitting side imports this module too, and
+slurmgen must stay free of torch until a task actually trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import MutableMapping, Optional
+
+# Rank variables a task may inherit from the submitting shell (say, a torchrun worker or an
+# salloc shell); they describe that process, not this job, so they are cleared first.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+             "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+# First line of every task's stdout; the submitting side reads it to name a failing task.
+START_MARK = "slurmgen-task:"
+STOP_FILE_ENV = "SLURMGEN_STOP_FILE"  # same name as train.runtime.STOP_FILE_ENV
+COLLECTIVE_TIMEOUT_ENV = "SLURMGEN_COLLECTIVE_TIMEOUT"
+LOCAL_MASTER_ADDR = "127.0.0.1"
+
+
+class TrainingFailed(RuntimeError):
+    """The entry point exited with a non-zero status (its own message is already on stderr)."""
+
+
+def local_rank_env(env: MutableMapping[str, str], master_port: int) -> None:
+    """Rank variables for submitit's LocalExecutor, which sets only SUBMITIT_LOCAL_* ones.
+
+    All processes are on this machine: world size = local world size, master 127.0.0.1.
+    """
+    ntasks = env.get("SUBMITIT_LOCAL_NTASKS", "1")
+    env.update(RANK=env.get("SUBMITIT_LOCAL_GLOBALID", "0"),
+               LOCAL_RANK=env.get("SUBMITIT_LOCAL_LOCALID", "0"),
+               WORLD_SIZE=ntasks, LOCAL_WORLD_SIZE=ntasks, GROUP_RANK="0",
+               MASTER_ADDR=LOCAL_MASTER_ADDR, MASTER_PORT=str(master_port))
+
+
+def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[int],
+                    collective_timeout: Optional[int], threads: Optional[int] = None) -> None:
+    """Everything a task sets before the rank helper reads the environment (pure on `env`)."""
+    for name in RANK_VARS:
+        env.pop(name, None)
+    env.update(dict(pairs))
+    if threads:  # as the rendered scripts do: one OpenMP pool per rank, sized to its CPUs
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+    if collective_timeout:
+        env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
+    if env.get("SUBMITIT_EXECUTOR") == "local":
+        local_rank_env(env, master_port or 29500)
+    elif master_port:
+        env["MASTER_PORT"] = str(master_port)  # distenv derives it from the job id otherwise
+
+
+def job_id_of(env) -> str:
+    return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID") or str(os.getpid())
+
+
+def output_dir_arg(args) -> Optional[str]:
+    """The value of --output_dir (or --output-dir) in training arguments, if given."""
+    args = list(args)
+    for i, arg in enumerate(args):
+        for flag in ("--output_dir", "--output-dir"):
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+class _StopOnSignal:
+    """Time-limit / preemption warning (USR2): save a checkpoint first, then requeue.
+
+    submitit's own handler checkpoints and requeues at once, killing rank 0 mid-step, so the
+    run would resume from its last periodic checkpoint. Instead rank 0 writes the stop file the
+    entry points poll every step: all ranks stop together after saving a complete checkpoint,
+    and only then is submitit's handler called (checkpoint() + scontrol requeue). If training
+    does not stop within half the grace period, submitit's handler runs anyway (alarm).
+    """
+
+    def __init__(self, stop_file: Path, is_main: bool, grace: int):
+        self.stop_file, self.is_main, self.grace = stop_file, is_main, grace
+        self.requested = False
+        self.signum = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+        self.submitit_handler = signal.getsignal(self.signum)
+
+    def install(self) -> None:
+        if callable(self.submitit_handler):
+            signal.signal(self.signum, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.requested = True
+        print(f"{START_MARK} got {signal.Signals(signum).name}: checkpointing, then requeueing",
+              file=sys.stderr, flush=True)
+        if self.is_main:
+            self.stop_file.touch()
+            signal.signal(signal.SIGALRM, lambda *_: self.submitit_handler(signum, None))
+            signal.alarm(max(10, self.grace // 2))
+
+    def finish(self) -> None:
+        """After training returned: hand over to submitit (rank 0), or wait to be requeued."""
+        if not self.requested:
+            return
+        signal.alarm(0)
+        if self.is_main:
+            self.submitit_handler(self.signum, None)  # checkpoint(), requeue, exit
+        else:
+            time.sleep(self.grace + 60)  # `scontrol requeue` ends this task first
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """The checkpointable callable submitit runs in every task. Returns the entry point's metrics."""
+
+    target: tuple  # ("module", "train.sft") or ("script", "/abs/train.py")
+    train_args: tuple = ()
+    env: tuple = ()  # (KEY, VALUE) pairs for every rank
+    master_port: Optional[int] = None  # None: derived from the Slurm job id by train.distenv
+    collective_timeout: Optional[int] = None
+    grace: int = 180
+    threads: Optional[int] = None  # OMP_NUM_THREADS unless set: the CPUs per GPU
+
+    def __call__(self) -> Optional[dict]:
+        environ = os.environ
+        prepare_environ(environ, self.env, self.master_port, self.collective_timeout, self.threads)
+        from train.distenv import DistEnv  # lazily: the submitting side never needs it
+
+        denv = DistEnv.from_environ(environ)
+        denv.export(environ)
+        print(f"{START_MARK} task {denv.rank} on {socket.gethostname()}: {denv.describe()}",
+              flush=True)
+        stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace)
+        if denv.is_main:
+            stop.stop_file.unlink(missing_ok=True)  # left over from the run before a requeue
+        stop.install()
+        result = self._run(stop)
+        stop.finish()
+        return result
+
+    def _stop_file(self, environ) -> Path:
+        if environ.get(STOP_FILE_ENV):
+            return Path(environ[STOP_FILE_ENV])
+        folder = Path(environ.get("SUBMITIT_FOLDER") or ".")
+        path = folder / f"{job_id_of(environ)}_stop"
+        environ[STOP_FILE_ENV] = str(path)
+        return path
+
+    def _run(self, stop: _StopOnSignal) -> Optional[dict]:
+        kind, name = self.target
+        sys.argv = [name, *self.train_args]
+        try:
+            if kind == "script":
+                import runpy
+
+                runpy.run_path(name, run_name="__main__")
+                return None
+            return importlib.import_module(name).main(list(self.train_args))
+        except SystemExit as exit_:
+            if stop.requested:
+                raise  # submitit's handler requeued the job and is exiting
+            if exit_.code not in (0, None):
+                raise TrainingFailed(f"{name} exited with status {exit_.code}") from None
+            return None
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit on USR2: resubmit the same task; the entry points resume by
+        themselves from the newest complete checkpoint in their output directory."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
