@@ -44,6 +44,7 @@ CONF=$STATE/etc/slurm.conf
 LAYOUT=$STATE/layout            # written by `up`, removed by `down`: the cluster's shape
 RUN=$STATE/run                  # pid files and namespace records
 
+HEALTHY_STATES='idle|mixed|allocated|completing|planned'   # sinfo %T; "idle*" etc. are not
 PACKAGES=(slurm-wlm slurm-client munge iproute2)
 NEEDED_CMDS=(slurmctld slurmd sbatch srun scontrol sinfo squeue scancel munged ip nsenter unshare)
 
@@ -126,21 +127,37 @@ stop_pidfile() {
     rm -f "$pidfile"
 }
 
-# kill_in_ns KIND NSID: kill every process in namespace NSID (e.g. net:[4026532..]) of kind KIND.
-# These are slurmstepd and job processes started by our slurmds; the host namespace is refused.
+# pids_in_ns NSID...: pids of processes whose net or uts namespace is one of NSID (net:[N], uts:[N])
+pids_in_ns() {
+    # find fails on processes that end while it looks: its status does not matter
+    { find /proc/[0-9]*/ns/net /proc/[0-9]*/ns/uts -maxdepth 0 -printf '%p %l\n' 2>/dev/null || true; } |
+        awk -v ids="$*" 'BEGIN { n = split(ids, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+            ($2 in want) { split($1, p, "/"); print p[3] }' | sort -un
+}
+
+# kill_in_ns NSID...: stop every process in these namespaces: slurmstepd and job processes that
+# our slurmds started (they outlive slurmd). SIGTERM, up to 2 s, then SIGKILL. The namespaces of
+# this shell (the host's) are refused.
 kill_in_ns() {
-    local kind=$1 nsid=$2 sig p pids
-    [[ -n $nsid && $nsid != "$(readlink "/proc/$$/ns/$kind")" ]] || return 0
-    for sig in TERM KILL; do
-        pids=()
-        for p in /proc/[0-9]*; do
-            [[ $(readlink "$p/ns/$kind" 2>/dev/null) == "$nsid" ]] && pids+=("${p#/proc/}")
-        done
-        [[ ${#pids[@]} -eq 0 ]] && return 0
-        [[ $sig == KILL ]] && err "SIGKILL to ${#pids[@]} process(es) left in $nsid"
-        kill "-$sig" "${pids[@]}" 2>/dev/null || true
-        sleep 0.3
+    local ids=() id pids i
+    for id in "$@"; do
+        [[ $id =~ ^(net|uts):\[[0-9]+\]$ ]] || continue
+        [[ $id == "$(readlink "/proc/$$/ns/${id%%:*}")" ]] && continue
+        ids+=("$id")
     done
+    [[ ${#ids[@]} -gt 0 ]] || return 0
+    pids=$(pids_in_ns "${ids[@]}")
+    [[ -n $pids ]] || return 0
+    # shellcheck disable=SC2086  # one pid per word
+    kill -TERM $pids 2>/dev/null || true
+    for ((i = 0; i < 20; i++)); do
+        sleep 0.1
+        pids=$(pids_in_ns "${ids[@]}")
+        [[ -n $pids ]] || return 0
+    done
+    err "SIGKILL to process(es) left in the node namespaces: $(printf '%s' "$pids" | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
 }
 
 short_host() {
@@ -514,12 +531,15 @@ cmd_up() {
         if [[ $explicit_gpus == 1 && $want != "$GPUS" ]]; then
             die "already up with GPUs ${GPUS// /,}; run '$0 down' first to change the layout to ${want// /,}"
         fi
-        if all_nodes_in 'idle|mixed|allocated|completing|planned'; then
+        local problems
+        problems=$(health_problems)
+        if [[ -z $problems ]]; then
             say "already up ($MODE mode, GPUs ${GPUS// /,})"
             print_usage
             return 0
         fi
-        err "up, but not every node is healthy: restarting"
+        err "up, but broken ($problems): restarting it"
+        [[ $explicit_gpus == 1 ]] || want=$GPUS
         node_states >&2 || true
     fi
     if leftovers; then
@@ -639,7 +659,7 @@ cancel_all_jobs() {
     [[ -n $ids ]] || return 0
     # shellcheck disable=SC2086  # word splitting of the id list is wanted
     timeout 10 scancel $ids 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
+    for ((i = 0; i < 10; i++)); do
         [[ -z $(timeout 5 squeue -h -t R,CG,S -o '%A' 2>/dev/null) ]] && break
         sleep 0.1
     done
@@ -648,6 +668,9 @@ cancel_all_jobs() {
 
 cmd_down() {
     need_root
+    # best effort: every step runs even when one fails (set -e is restored on return)
+    local -
+    set +e
     MODE=unknown NODES=0
     load_layout || true
     local sd ns f
@@ -664,16 +687,14 @@ cmd_down() {
         stop_pidfile "$RUN/$f.pid" "$sd" "slurmd ${f#slurmd-}" &
     done
     wait
-    # slurmstepd and job processes live on in the node namespaces: stop them too
-    if [[ -f $RUN/namespaces ]]; then
-        while read -r ns; do
-            kill_in_ns "${ns%%:*}" "$ns"
-        done <"$RUN/namespaces"
-    fi
-    # also any namespace of ours that is still mounted (state dir lost or partial up)
+    # slurmstepd and job processes live on in the node namespaces: stop them too, and whatever is
+    # in a namespace of ours that is still mounted (state dir lost, or a partial up)
+    local nsids=()
+    [[ -f $RUN/namespaces ]] && mapfile -t nsids <"$RUN/namespaces"
     for ns in $(our_netns); do
-        kill_in_ns net "net:[$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)]"
+        nsids+=("net:[$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)]")
     done
+    kill_in_ns "${nsids[@]}"
     stop_pidfile "$RUN/slurmctld.pid" "$(exe_of slurmctld)" slurmctld
     stop_pidfile "$RUN/munged.pid" "$(exe_of munged)" munged
 
@@ -704,15 +725,27 @@ cmd_status() {
         say "broken: slurmctld runs but $LAYOUT is missing"
         return 1
     fi
-    local bad=0 f
-    pid_alive "$RUN/munged.pid" "$(exe_of munged)" || { say "munged is not running"; bad=1; }
-    for ((f = 1; f <= NODES; f++)); do
-        pid_alive "$RUN/slurmd-node$f.pid" "$(exe_of slurmd)" || { say "slurmd for node$f is not running"; bad=1; }
-    done
+    local problems
+    problems=$(health_problems)
     say "up ($MODE mode, GPUs ${GPUS// /,}, state dir $STATE)"
-    timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || bad=1
-    all_nodes_in 'idle|mixed|allocated|completing|planned' || { say "not every node is idle/mixed/allocated"; bad=1; }
-    return "$bad"
+    timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || true
+    if [[ -n $problems ]]; then
+        say "broken: $problems; restart with: $0 down && $0 up"
+        return 1
+    fi
+    return 0
+}
+
+# health_problems: prints what is wrong with a running cluster (nothing when healthy)
+health_problems() {
+    local f out=()
+    pid_alive "$RUN/munged.pid" "$(exe_of munged)" || out+=("munged is not running")
+    for ((f = 1; f <= NODES; f++)); do
+        pid_alive "$RUN/slurmd-node$f.pid" "$(exe_of slurmd)" || out+=("slurmd for node$f is not running")
+    done
+    all_nodes_in "$HEALTHY_STATES" || out+=("not every node is idle/mixed/allocated")
+    local IFS=';'
+    printf '%s' "${out[*]}"
 }
 
 # ---------------------------------------------------------------------------------------------

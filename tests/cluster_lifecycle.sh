@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Lifecycle checks for tests/localcluster.sh: down / up / down / up cycles, idempotence, a job
+# killed by `down`, a pre-existing slurm.conf kept and restored, another layout, the 127.0.0.1
+# fallback, a broken cluster repaired by `up`, and after every `down`: no daemon, namespace,
+# link, hosts line or config link of ours is left. Needs root. Prints "N passed, M failed" and
+# exits 1 on any failure. The cluster ends as it started: up (same layout) or down.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+LC=$HERE/localcluster.sh
+STATE=${SLURMGEN_CLUSTER_DIR:-/tmp/slurmgen-cluster}
+ETC_CONF=/etc/slurm/slurm.conf
+BACKUP=/etc/slurm/slurm.conf.slurmgen-backup
+WORK=$(mktemp -d /tmp/cluster-lifecycle.XXXXXX)
+PASS=0
+FAIL=0
+
+ok() { PASS=$((PASS + 1)); printf 'ok    %s\n' "$1"; }
+bad() { FAIL=$((FAIL + 1)); printf 'FAIL  %s\n' "$1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | sed 's/^/      /'; }
+
+# check DESCRIPTION CMD...: one assertion
+check() {
+    local what=$1 out
+    shift
+    if out=$("$@" 2>&1); then ok "$what"; else bad "$what" "$out"; fi
+}
+
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+# lc ARGS...: run localcluster.sh, output in $WORK/lc.out, rc in LC_RC, ms in LC_MS
+lc() {
+    local t0
+    t0=$(date +%s%N)
+    "$LC" "$@" >"$WORK/lc.out" 2>&1
+    LC_RC=$?
+    LC_MS=$(ms_since "$t0")
+}
+
+# record what is ours before a `down`: daemon pids and the node namespaces
+snapshot() {
+    cat "$STATE"/run/*.pid 2>/dev/null >"$WORK/pids" || : >"$WORK/pids"
+    cat "$STATE/run/namespaces" 2>/dev/null >"$WORK/namespaces" || : >"$WORK/namespaces"
+}
+
+# nothing_left: no daemon, process in our namespaces, netns, link, hosts block or conf link
+nothing_left() {
+    local p ns problems=()
+    while read -r p; do
+        [[ -n $p && -d /proc/$p && -n $(readlink "/proc/$p/exe" 2>/dev/null) ]] &&
+            problems+=("pid $p still running: $(tr '\0' ' ' <"/proc/$p/cmdline")")
+    done <"$WORK/pids"
+    local exe daemons
+    daemons=" $(for p in slurmctld slurmd munged; do readlink -f "$(command -v "$p")"; done | tr '\n' ' ')"
+    for p in /proc/[0-9]*; do
+        exe=$(readlink "$p/exe" 2>/dev/null) || continue
+        if [[ $daemons == *" $exe "* ]] && tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$STATE/"; then
+            problems+=("process ${p#/proc/} mentions $STATE: $(tr '\0' ' ' <"$p/cmdline")")
+        fi
+        while read -r ns; do
+            [[ -n $ns ]] || continue
+            [[ $(readlink "$p/ns/${ns%%:*}" 2>/dev/null) == "$ns" ]] &&
+                problems+=("process ${p#/proc/} still in $ns: $(tr '\0' ' ' <"$p/cmdline")")
+        done <"$WORK/namespaces"
+    done
+    ip netns list 2>/dev/null | grep -qE '^sgc-' && problems+=("netns left: $(ip netns list | grep -E '^sgc-' | tr '\n' ' ')")
+    ip -o link show 2>/dev/null | grep -qE ': sgc' && problems+=("links left: $(ip -o link show | grep -E ': sgc' | cut -d: -f2 | tr '\n' ' ')")
+    grep -q 'slurmgen-cluster' /etc/hosts && problems+=("hosts block left in /etc/hosts")
+    grep -qE '\snode[0-9]+(\s|$)' /etc/hosts && problems+=("node names left in /etc/hosts")
+    [[ -L $ETC_CONF && $(readlink "$ETC_CONF") == "$STATE"/* ]] && problems+=("$ETC_CONF still links to $STATE")
+    [[ -e $STATE/run ]] && problems+=("$STATE/run left")
+    if [[ ${#problems[@]} -gt 0 ]]; then
+        printf '%s\n' "${problems[@]}"
+        return 1
+    fi
+}
+
+rc_is() { [[ $LC_RC -eq $1 ]] || { echo "rc $LC_RC, wanted $1"; cat "$WORK/lc.out"; return 1; }; }
+
+status_is() {
+    local rc
+    "$LC" status >"$WORK/status.out" 2>&1
+    rc=$?
+    [[ $rc -eq $1 ]] || { echo "status rc $rc, wanted $1"; cat "$WORK/status.out"; return 1; }
+}
+
+# hostnames_are N: `srun -N N hostname` prints node1..nodeN
+hostnames_are() {
+    local want got
+    want=$(seq -f 'node%g' 1 "$1" | tr '\n' ' ')
+    got=$(timeout 60 srun -N "$1" hostname 2>&1 | sort -V | tr '\n' ' ')
+    [[ $got == "$want" ]] || { echo "srun -N$1 hostname: '$got', wanted '$want'"; return 1; }
+}
+
+layout_mode_is() { grep -qx "MODE=$1" "$STATE/layout" || { cat "$STATE/layout"; return 1; }; }
+
+down_and_check() {
+    snapshot
+    lc down
+    check "down ($1) exits 0 [${LC_MS} ms]" rc_is 0
+    check "after down ($1): nothing of ours is left" nothing_left
+    check "after down ($1): status says down (3)" status_is 3
+}
+
+# --- start ------------------------------------------------------------------------------------
+[[ $(id -u) -eq 0 ]] || { echo "cluster_lifecycle.sh needs root"; exit 1; }
+was_up=0 was_gpus="" was_nons=0
+if "$LC" status >/dev/null 2>&1; then
+    was_up=1
+    was_gpus=$(sed -n 's/^GPUS=//p' "$STATE/layout" | tr ' ' ',')
+    grep -qx 'MODE=loopback' "$STATE/layout" && was_nons=1
+fi
+echo "cluster was $([[ $was_up == 1 ]] && echo "up (GPUs $was_gpus)" || echo down) at the start"
+conf_before=""
+[[ -e $ETC_CONF && ! -L $ETC_CONF ]] && conf_before=$(cat "$ETC_CONF")
+
+down_and_check "from the start"
+lc down
+check "second down is a no-op (exits 0) [${LC_MS} ms]" rc_is 0
+check "after the second down: nothing left" nothing_left
+
+# --- default layout ---------------------------------------------------------------------------
+lc up
+check "up (default 1,1,2,2) exits 0 [${LC_MS} ms]" rc_is 0
+check "status after up exits 0" status_is 0
+check "jobs run on node1..node4 with their own hostnames" hostnames_are 4
+check "$ETC_CONF links to the state dir" test "$(readlink "$ETC_CONF")" = "$STATE/etc/slurm.conf"
+lc up
+check "up again says already up and exits 0 [${LC_MS} ms]" grep -q 'already up' "$WORK/lc.out"
+lc up --gpus 2,2
+check "up --gpus 2,2 while up with 1,1,2,2 is refused" test "$LC_RC" -ne 0
+
+# a job running at down: its processes must go too
+job=$(sbatch --parsable -N2 -o /dev/null --wrap "srun bash -c 'echo \$\$ >> $WORK/job.pids; sleep 300'")
+for _ in $(seq 1 100); do [[ $(wc -l 2>/dev/null <"$WORK/job.pids" || echo 0) -ge 2 ]] && break; sleep 0.1; done
+check "a 2-node job is running (pids recorded)" test "$(wc -l 2>/dev/null <"$WORK/job.pids" || echo 0)" -ge 2
+last_job=$job
+down_and_check "with a running job"
+job_gone() {
+    local p
+    while read -r p; do
+        [[ -d /proc/$p && -n $(readlink "/proc/$p/exe" 2>/dev/null) ]] && { echo "job process $p survived"; return 1; }
+    done <"$WORK/job.pids"
+    return 0
+}
+check "the running job's processes are gone" job_gone
+
+# --- a pre-existing slurm.conf is kept and restored; another layout ------------------------------
+made_conf=0
+if [[ ! -e $ETC_CONF && ! -e $BACKUP ]]; then
+    mkdir -p /etc/slurm
+    printf '# sentinel from cluster_lifecycle.sh %s\n' "$$" >"$ETC_CONF"
+    made_conf=1
+fi
+before=$(cat "$ETC_CONF" 2>/dev/null)
+lc up --gpus 2,2
+check "up --gpus 2,2 exits 0 [${LC_MS} ms]" rc_is 0
+check "2-node layout: node1 node2" hostnames_are 2
+check "sinfo shows gpu:2 on both nodes" test "$(sinfo -h -N -o '%G' | sort -u)" = "gpu:2"
+job=$(sbatch --parsable -o /dev/null --wrap true)
+check "job ids keep growing across down/up ($last_job -> $job)" test "$job" -gt "$last_job"
+last_job=$job
+down_and_check "2,2"
+check "the earlier $ETC_CONF is restored" test "$(cat "$ETC_CONF" 2>/dev/null)" = "$before"
+[[ $made_conf == 1 ]] && rm -f "$ETC_CONF"
+
+# --- 127.0.0.1 fallback -------------------------------------------------------------------------
+t0=$(date +%s%N)
+SLURMGEN_CLUSTER_NONS=1 "$LC" up --gpus 1,2 >"$WORK/lc.out" 2>&1
+LC_RC=$?
+LC_MS=$(ms_since "$t0")
+check "fallback up (SLURMGEN_CLUSTER_NONS=1, --gpus 1,2) exits 0 [${LC_MS} ms]" rc_is 0
+check "fallback runs in loopback mode" layout_mode_is loopback
+check "fallback status exits 0" status_is 0
+check "fallback jobs see node1 node2" hostnames_are 2
+down_and_check "fallback"
+
+# --- a broken cluster: status says 1, up repairs it ---------------------------------------------
+lc up
+check "up again after the cycles exits 0 [${LC_MS} ms]" rc_is 0
+check "netns mode" layout_mode_is netns
+kill -KILL "$(cat "$STATE/run/slurmd-node2.pid")" 2>/dev/null
+sleep 0.2
+check "status with a dead slurmd exits 1" status_is 1
+lc up
+check "up repairs a broken cluster [${LC_MS} ms]" rc_is 0
+check "status after repair exits 0" status_is 0
+check "jobs run on node1..node4 after repair" hostnames_are 4
+down_and_check "after repair"
+
+# --- back to how it was ----------------------------------------------------------------------------
+if [[ $was_up == 1 ]]; then
+    if [[ $was_nons == 1 ]]; then
+        SLURMGEN_CLUSTER_NONS=1 "$LC" up --gpus "$was_gpus" >"$WORK/lc.out" 2>&1
+        LC_RC=$?
+    else
+        lc up --gpus "$was_gpus"
+    fi
+    check "cluster back up as at the start (GPUs $was_gpus)" rc_is 0
+    check "status exits 0 at the end" status_is 0
+fi
+if [[ -n $conf_before ]]; then
+    check "$ETC_CONF content as at the start" test "$(cat "$ETC_CONF")" = "$conf_before"
+fi
+
+rm -rf "$WORK"
+echo "$PASS passed, $FAIL failed"
+[[ $FAIL -eq 0 ]]
