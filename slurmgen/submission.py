@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import subprocess
 import time
@@ -147,25 +148,33 @@ def resolve_output_dir(train_args, cwd: Optional[str] = None) -> Optional[Path]:
     return Path(cwd or os.getcwd(), os.path.expanduser(value)).resolve()
 
 
+# tqdm bars (redrawn with \r, so many "lines") say nothing about why a task failed.
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\|")
+
+
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of a log, without blank lines and progress bars."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+    kept = [l for l in text.splitlines() if l.strip() and not _PROGRESS_BAR.search(l)]
+    return "\n".join(kept[-lines:])
 
 
 def task_host(stdout: Path) -> Optional[str]:
-    """The host a task ran on, from the first line TrainTask prints."""
+    """The host a task ran on, from the line TrainTask prints first (the newest such line:
+    logs are appended to, and a requeued run may land elsewhere)."""
+    host = None
     try:
         with stdout.open(errors="replace") as handle:
             for line in handle:
-                if line.startswith(START_MARK):
+                if line.startswith(START_MARK) and " on " in line:
                     # "slurmgen-task: task 3 on node3: rank 3/6 ..."
-                    return line.split(" on ", 1)[1].split(":", 1)[0].strip()
-    except (OSError, IndexError):
+                    host = line.split(" on ", 1)[1].split(":", 1)[0].strip()
+    except OSError:
         pass
-    return None
+    return host
 
 
 def pick_failed_task(outcomes: dict, world: int) -> int:
@@ -227,11 +236,13 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
     check_submittable(spec)
     folder_path = Path(folder or os.path.join(spec.log_dir, "submitit")).expanduser().absolute()
     executor = _executor(spec, folder_path, local)
+    submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:
         job = executor.submit(make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
         raise SubmitError(_first_meaningful_line(str(err))) from None
-    return Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local)
+    return Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local,
+                      submitted_at)
 
 
 def _first_meaningful_line(text: str) -> str:
@@ -245,8 +256,10 @@ def _first_meaningful_line(text: str) -> str:
 class Submission:
     """A submitted job: state, progress, logs, rank 0's result, cancel."""
 
-    def __init__(self, job, folder: Path, world: int, output_dir: Optional[Path], local: bool):
+    def __init__(self, job, folder: Path, world: int, output_dir: Optional[Path], local: bool,
+                 submitted_at: float = 0.0):
         self._job = job
+        self.submitted_at = submitted_at
         self.job_id: str = str(job.job_id)
         self.folder = folder
         self.world_size = world
@@ -275,8 +288,10 @@ class Submission:
         for task in range(self.world_size):
             path = self._paths(task).result_pickle
             try:
-                outcome = pickle_load(path)[0]
-                found[task] = (outcome, path.stat().st_mtime)
+                mtime = path.stat().st_mtime
+                if mtime < self.submitted_at:
+                    continue  # an older job's, after the cluster reused the job id
+                found[task] = (pickle_load(path)[0], mtime)
             except (OSError, EOFError, IndexError, TypeError):
                 continue  # not written (yet), or being written
         return found
