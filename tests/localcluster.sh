@@ -13,6 +13,12 @@
 # Where network namespaces cannot be made (or SLURMGEN_CLUSTER_NONS=1), every slurmd listens on
 # 127.0.0.1 on its own port instead (hostnames still nodeN where a UTS namespace can be made).
 #
+# up options: --gpus is per node, e.g. 1,1,2,2 (nodes node1..node4), or one count, with --nodes N
+# for N such nodes; --cpus and --mem (MB) are per node (declared; the machine may have fewer);
+# --cred-expire S is Slurm's AuthInfo cred_expire: a requeued job becomes eligible S+1 s later
+# (Slurm's default 120). On an idle cluster a requeued het job also waits for some state change
+# before the backfill scheduler starts it; tests nudge it: scontrol update jobid=J StartTime=now.
+#
 # Environment:
 #   SLURMGEN_CLUSTER_DIR      state dir: config, logs, pids, spool, fake devices [/tmp/slurmgen-cluster]
 #   SLURMGEN_CLUSTER_NET      first three octets of the private /24 [10.213.47]
@@ -73,7 +79,7 @@ cmd_install() {
         command -v "$c" >/dev/null 2>&1 || missing+=("$c")
     done
     if [[ ${#missing[@]} -eq 0 ]]; then
-        say "slurm, munge and iproute2 already installed ($(slurmd -V 2>/dev/null))"
+        say "slurm, munge and iproute2 already installed ($("$(exe_of slurmd)" -V 2>/dev/null))"
         return 0
     fi
     say "installing ${PACKAGES[*]} (missing: ${missing[*]})"
@@ -91,7 +97,7 @@ cmd_install() {
     } || rc=$?
     [[ $made_policy -eq 1 ]] && rm -f "$policy"
     [[ $rc -eq 0 ]] || die "apt-get failed (rc=$rc)"
-    say "installed: $(slurmd -V 2>/dev/null)"
+    say "installed: $("$(exe_of slurmd)" -V 2>/dev/null)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -616,7 +622,7 @@ cmd_up() {
 
     wait_for "$UP_TIMEOUT" "every node to be idle" all_nodes_in idle
     local ms=$((($(date +%s%N) - t0ns) / 1000000))
-    say "up in ${ms} ms: $NODES nodes, GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode)"
+    say "up in ${ms} ms: $NODES node(s), GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode)"
     print_usage
 }
 
