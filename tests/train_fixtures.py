@@ -220,3 +220,40 @@ def assert_single_writer(output_dir: Path, steps_logged: int, checkpoints: list[
         assert checkpoint.is_complete(Path(output_dir) / f"checkpoint-{s}")
     stray = [p.name for p in Path(output_dir).iterdir() if p.name.startswith((".staging", ".metrics"))]
     assert not stray, stray
+
+
+# ---------------------------------------------------------------------------- arguments
+# Learning rates are high on purpose: the tiny models must show a falling loss in a few steps.
+def sft_args(tiny: Path, out: Path, max_steps: int = 10, save_steps: int = 5, *extra: str,
+             data: str = "text.jsonl", batch: int = 4) -> list[str]:
+    return ["--model_name_or_path", str(tiny / "lm"), "--dataset_name", str(tiny / "data" / data),
+            "--output_dir", str(out), "--max_steps", str(max_steps), "--save_steps", str(save_steps),
+            "--per_device_train_batch_size", str(batch), "--logging_steps", "1",
+            "--learning_rate", "3e-3", "--report_to", "none", "--disable_tqdm", "true", *extra]
+
+
+def classify_args(tiny: Path, out: Path, max_steps: int = 60, save_steps: int = 30, *extra: str,
+                  batch: int = 16, logging_steps: int = 5) -> list[str]:
+    return ["--model_name_or_path", str(tiny / "bert"),
+            "--train_file", str(tiny / "data" / "labelled_train.jsonl"),
+            "--eval_file", str(tiny / "data" / "labelled_eval.jsonl"),
+            "--output_dir", str(out), "--max_steps", str(max_steps), "--save_steps", str(save_steps),
+            "--per_device_train_batch_size", str(batch), "--logging_steps", str(logging_steps),
+            "--learning_rate", "3e-3", "--report_to", "none", "--disable_tqdm", "true", *extra]
+
+
+def ddp_args(tiny: Path, out: Path, max_steps: int = 10, save_steps: int = 5, *extra: str,
+             batch: int = 8) -> list[str]:
+    return ["--model_name_or_path", str(tiny / "lm"), "--dataset", str(tiny / "data" / "text.jsonl"),
+            "--output_dir", str(out), "--max_steps", str(max_steps), "--save_steps", str(save_steps),
+            "--batch_size", str(batch), "--lr", "3e-3", *extra]
+
+
+ARGS = {"train.sft": sft_args, "train.classify": classify_args, "train.ddp_loop": ddp_args}
+
+
+def entry(module: str):
+    """The in-process main() of an entry point."""
+    import importlib
+
+    return importlib.import_module(module).main

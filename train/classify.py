@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from train import distenv, hf, runtime
+from train import distenv, runtime
 
 RENAMED = {
     **runtime.RENAMED_ARGS,
@@ -76,6 +76,7 @@ def accuracy(eval_pred) -> dict[str, float]:
 def _main(argv: list[str]) -> dict | None:
     runtime.reject_old_args(argv, RENAMED)
     denv = distenv.setup()
+    from train import hf  # imports transformers: after the cheap checks
 
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               HfArgumentParser, Trainer, TrainingArguments)

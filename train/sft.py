@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from train import distenv, hf, runtime
+from train import distenv, runtime
 
 RENAMED = runtime.RENAMED_ARGS
 CONVERSATIONAL = ("messages", "conversations", "prompt")
@@ -72,6 +72,7 @@ def _main(argv: list[str]) -> dict | None:
     runtime.reject_old_args(argv, RENAMED)
     runtime.reject_old_config_keys(argv, RENAMED)
     denv = distenv.setup()
+    from train import hf  # imports transformers: after the cheap checks
 
     from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 

@@ -1,0 +1,56 @@
+"""train.ddp_loop (plain PyTorch DDP) on the tiny assets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from train_fixtures import (assert_ok, assert_same_params, assert_single_writer, clean_env, ddp_args,  # noqa: F401
+                            hf_cache, progress_lines, read_metrics, run_slurm_tasks, run_uneven,
+                            subprocess_env, tiny)
+
+HOST = socket.gethostname()
+
+
+def check_run(out, world, steps=10):
+    m = read_metrics(out)
+    assert m["world_size"] == world and m["global_step"] == steps
+    assert m["last_loss"] < m["first_loss"], m
+    assert m["ranks_per_host"] == {HOST: world}
+    assert m["stopped_early"] is False and m["resumed_from_step"] is None
+    assert m["samples_per_second"] > 0 and m["tokens_per_second"] > 0
+    assert_single_writer(out, steps_logged=steps, checkpoints=[5, 10])
+    files = sorted(p.name for p in (out / "checkpoint-10").iterdir())
+    assert "model.safetensors" in files and "trainer.pt" in files
+    return m
+
+
+@pytest.mark.timeout(120)
+def test_ddp_loop_single_process(tiny, tmp_path, clean_env):
+    from train import ddp_loop
+
+    out = tmp_path / "run"
+    metrics = ddp_loop.main(ddp_args(tiny, out))
+    assert metrics == read_metrics(out)
+    check_run(out, world=1)
+    assert [ln["step"] for ln in progress_lines(out)] == list(range(1, 11))
+
+
+@pytest.mark.timeout(300)
+def test_ddp_loop_uneven_nodes(tiny, tmp_path, hf_cache):
+    out, digests = tmp_path / "run", tmp_path / "digests"
+    env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
+    assert_ok(run_uneven("train.ddp_loop", ddp_args(tiny, out, batch=4), [1, 2], env))
+    check_run(out, world=3)
+    assert_same_params(digests, 3)
+
+
+@pytest.mark.timeout(300)
+def test_ddp_loop_slurm_tasks_uneven(tiny, tmp_path, hf_cache):
+    """One srun step, one task per GPU, tasks per node 1,2 (SLURM_STEP_TASKS_PER_NODE=1,2)."""
+    out, digests = tmp_path / "run", tmp_path / "digests"
+    env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
+    assert_ok(run_slurm_tasks("train.ddp_loop", ddp_args(tiny, out, batch=4), [[1, 2]], env))
+    check_run(out, world=3)
+    assert_same_params(digests, 3)

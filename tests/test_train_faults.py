@@ -1,0 +1,133 @@
+"""Fault tolerance of every entry point: resume, incomplete checkpoints, the stop file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from train_fixtures import (ARGS, REPO, assert_same_params, clean_env, entry, hf_cache,  # noqa: F401
+                            progress_lines, read_metrics, subprocess_env, tiny, torchrun_cmd)
+
+MODULES = ["train.sft", "train.classify", "train.ddp_loop"]
+
+
+def args_for(module, tiny, out, max_steps, save_steps):
+    extra = ["--logging_steps", "1"] if module == "train.classify" else []
+    return ARGS[module](tiny, out, max_steps, save_steps, *extra)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("module", MODULES)
+def test_resume_continues_from_checkpoint(module, tiny, tmp_path, clean_env, capsys):
+    main, out = entry(module), tmp_path / "run"
+    first = main(args_for(module, tiny, out, 5, 5))
+    assert first["global_step"] == 5 and first["resumed_from_step"] is None
+    assert "slurmgen-train: fresh start" in capsys.readouterr().out
+
+    second = main(args_for(module, tiny, out, 10, 5))
+    printed = capsys.readouterr().out
+    assert f"slurmgen-train: resuming from {out / 'checkpoint-5'} at step 5" in printed
+    assert second["resumed_from_step"] == 5 and second["global_step"] == 10
+    assert read_metrics(out) == second
+    # The second run logged steps 6..10 only.
+    assert [ln["step"] for ln in progress_lines(out)] == list(range(1, 11))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("module", MODULES)
+def test_incomplete_checkpoint_is_ignored(module, tiny, tmp_path, clean_env, capsys):
+    """A kill during saving leaves checkpoint-8 half written and unmarked: resume skips it."""
+    main, out = entry(module), tmp_path / "run"
+    main(args_for(module, tiny, out, 5, 5))
+    broken = out / "checkpoint-8"
+    shutil.copytree(out / "checkpoint-5", broken)
+    (broken / "slurmgen_complete").unlink()
+    for f in broken.glob("*.safetensors"):
+        f.write_bytes(f.read_bytes()[:100])  # truncated mid-write
+    capsys.readouterr()
+
+    metrics = main(args_for(module, tiny, out, 10, 5))
+    printed = capsys.readouterr().out
+    assert f"resuming from {out / 'checkpoint-5'} at step 5" in printed
+    assert metrics["resumed_from_step"] == 5 and metrics["global_step"] == 10
+    assert (out / "incomplete-checkpoint-8").is_dir()
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-5"]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("module", MODULES)
+def test_stop_file_before_start(module, tiny, tmp_path, clean_env, capsys):
+    """The time-limit signal already came: one step, a complete checkpoint, exit 0; a rerun finishes."""
+    main, out = entry(module), tmp_path / "run"
+    stop = tmp_path / "stop"
+    stop.touch()
+    clean_env.setenv("SLURMGEN_STOP_FILE", str(stop))
+    metrics = main(args_for(module, tiny, out, 10, 5))
+    assert metrics["stopped_early"] is True and metrics["global_step"] == 1
+    assert "slurmgen-train: stop requested, saved checkpoint at step 1" in capsys.readouterr().out
+    assert (out / "checkpoint-1" / "slurmgen_complete").is_file()
+    assert read_metrics(out)["stopped_early"] is True
+
+    stop.unlink()
+    again = main(args_for(module, tiny, out, 10, 5))
+    assert again["stopped_early"] is False
+    assert again["resumed_from_step"] == 1 and again["global_step"] == 10
+
+
+def stop_when_step(out: Path, stop: Path, step: int, done: threading.Event) -> None:
+    """Create the stop file once progress.jsonl shows `step` (what the batch script's trap does)."""
+    path = out / "progress.jsonl"
+    while not done.is_set():
+        if path.exists() and any(ln["step"] >= step for ln in _safe_lines(out)):
+            stop.touch()
+            return
+        time.sleep(0.01)
+
+
+def _safe_lines(out):
+    try:
+        return progress_lines(out)
+    except ValueError:  # a line being written
+        return []
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module", ["train.sft", "train.ddp_loop"])
+def test_stop_file_mid_run_two_ranks(module, tiny, tmp_path, hf_cache):
+    """Stop requested while 2 ranks train: all stop at the same step, save, exit 0; rerun resumes."""
+    out, stop, digests = tmp_path / "run", tmp_path / "stop", tmp_path / "digests"
+    env = subprocess_env(hf_cache, SLURMGEN_STOP_FILE=str(stop), SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
+    args = args_for(module, tiny, out, 400, 1000)
+    proc = subprocess.Popen(torchrun_cmd(2, "--standalone", "-m", module, *args), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+    watcher = threading.Thread(target=stop_when_step, args=(out, stop, 3, done), daemon=True)
+    watcher.start()
+    try:
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-6000:]
+
+    m = read_metrics(out)
+    step = m["global_step"]
+    assert m["stopped_early"] is True and 3 <= step < 400, m
+    assert output.count(f"slurmgen-train: stop requested, saved checkpoint at step {step}") == 1
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{step}"]
+    assert (out / f"checkpoint-{step}" / "slurmgen_complete").is_file()
+    assert_same_params(digests, 2)
+
+    stop.unlink()
+    rerun = subprocess.run(torchrun_cmd(2, "--standalone", "-m", module,
+                                        *args_for(module, tiny, out, step + 2, 1000)),
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-6000:]
+    m = read_metrics(out)
+    assert m["resumed_from_step"] == step and m["global_step"] == step + 2 and m["stopped_early"] is False
