@@ -122,6 +122,7 @@ def _main(argv: list[str]) -> dict | None:
     args = parse_args(argv)
     runtime.check_model_path(args.model_name_or_path)
     runtime.check_data_path(args.dataset, "--dataset")
+    runtime.collective_timeout()  # a bad value is a usage error now, not a crash at init
 
     import torch
     from torch.nn.parallel import DistributedDataParallel
