@@ -49,19 +49,21 @@ class JobFailed(RuntimeError):
 
     def __init__(self, job_id: str, state: str, failure: Optional["TaskFailure"]):
         self.job_id, self.state, self.failure = job_id, state, failure
-        where = f": {failure.name} failed" if failure else ""
+        where = f": {failure.name} failed" if failure and failure.task is not None else ""
         super().__init__(f"job {job_id} {state}{where}")
 
 
 @dataclass(frozen=True)
 class TaskFailure:
-    task: int
+    task: Optional[int]  # None: no task to blame (cancelled, timed out): the batch log
     host: Optional[str]
     stderr: Path
     tail: str
 
     @property
     def name(self) -> str:
+        if self.task is None:
+            return "the job"
         return f"task {self.task} on {self.host}" if self.host else f"task {self.task}"
 
 
@@ -177,13 +179,30 @@ def task_host(stdout: Path) -> Optional[str]:
     return host
 
 
-def pick_failed_task(outcomes: dict, world: int) -> int:
-    """The task to blame: the earliest one that raised; else the first without a result."""
-    errors = sorted((mtime, task) for task, (outcome, mtime) in outcomes.items() if outcome == "error")
-    if errors:
-        return errors[0][1]
-    missing = [t for t in range(world) if outcomes.get(t, (None,))[0] != "success"]
-    return missing[0] if missing else 0
+def pick_failed_task(outcomes: dict, window: float = 1.0) -> Optional[int]:
+    """The task that raised first (of ranks that fail together, as on a bad argument, within
+    `window` seconds: the lowest); None when no task raised."""
+    errors = [(mtime, task) for task, (outcome, mtime) in outcomes.items() if outcome == "error"]
+    if not errors:
+        return None
+    first = min(mtime for mtime, _ in errors)
+    return min(task for mtime, task in errors if mtime - first <= window)
+
+
+# srun's report of a task that ended badly: "srun: error: node4: task 1: Aborted",
+# "srun: error: node3: tasks 2-3: Killed".
+_SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
+_COLLATERAL = ("Killed", "Terminated")  # what --kill-on-bad-exit does to the other tasks
+
+
+def srun_culprit(batch_log: str) -> Optional[tuple[int, str]]:
+    """(task, host) of the newest task srun saw die on its own (crash, abort, bad exit status)
+    rather than be killed because another one failed; None if there is none."""
+    found = None
+    for match in _SRUN_TASK_ERROR.finditer(batch_log):
+        if match.group(3).strip() not in _COLLATERAL:
+            found = (int(match.group(2)), match.group(1))
+    return found
 
 
 # ---------------------------------------------------------------------------- submission
@@ -361,14 +380,20 @@ class Submission:
 
     # ------------------------------------------------------------------ results
     def failure(self) -> Optional[TaskFailure]:
-        """The failing task and the tail of its error log, None if every task succeeded."""
+        """What went wrong: the failing task (the first that raised, else the one srun saw crash)
+        and the tail of its error log. None if the job completed and every task succeeded."""
         outcomes = self._outcomes()
-        if len(outcomes) == self.world_size and all(o == "success" for o, _ in outcomes.values()):
+        all_ok = len(outcomes) == self.world_size and all(o == "success" for o, _ in outcomes.values())
+        if all_ok and self.state() == "COMPLETED":
             return None
-        task = pick_failed_task(outcomes, self.world_size)
-        paths = self._paths(task)
+        batch = self._paths(0)  # submitit sends the batch script's output to task 0's logs
+        task, host = pick_failed_task(outcomes), None
+        if task is None and not self.local:
+            task, host = srun_culprit(tail(batch.stderr, 200)) or (None, None)
+        paths = self._paths(task) if task is not None else batch
         text = tail(paths.stderr) or tail(paths.stdout)
-        return TaskFailure(task, task_host(paths.stdout), paths.stderr, text)
+        return TaskFailure(task, host or (task_host(paths.stdout) if task is not None else None),
+                           paths.stderr, text)
 
     def metrics_file(self) -> Optional[Path]:
         if self.output_dir is None:

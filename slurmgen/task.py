@@ -120,6 +120,27 @@ class _StopOnSignal:
             time.sleep(self.grace + 60)  # `scontrol requeue` ends this task first
 
 
+def _release_process_group() -> None:
+    """End the process group the entry point left open: torch's threads torn down at
+    interpreter exit can abort the process ("terminate called without an active exception")
+    after it has succeeded, and srun then fails the whole job."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _one_line_excepthook() -> None:
+    previous = sys.excepthook  # torch may have put its own in place
+
+    def hook(kind, value, tb):
+        if issubclass(kind, TrainingFailed):
+            print(f"{START_MARK} {value}", file=sys.stderr, flush=True)
+        else:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 @dataclass(frozen=True)
 class TrainTask:
     """The checkpointable callable submitit runs in every task. Returns the entry point's metrics."""
@@ -147,6 +168,7 @@ class TrainTask:
         stop.install()
         result = self._run(stop)
         stop.finish()
+        _release_process_group()
         return result
 
     def _stop_file(self, environ) -> Path:
@@ -171,6 +193,7 @@ class TrainTask:
             if stop.requested:
                 raise  # submitit's handler requeued the job and is exiting
             if exit_.code not in (0, None):
+                _one_line_excepthook()  # the entry point has printed why; a traceback adds nothing
                 raise TrainingFailed(f"{name} exited with status {exit_.code}") from None
             return None
 
