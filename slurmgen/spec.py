@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Optional
 
@@ -33,6 +34,12 @@ _TIME_FORMS = (
     (re.compile(r"(\d+)-(\d+):(\d{1,2}):(\d{1,2})\Z"), ("d", "h", "m", "s")),
 )
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def printable_line(text: str) -> bool:
+    """Non-empty, no control characters or line breaks (any script, any symbol, any space)."""
+    return bool(text) and not any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029\x85"
+                                  for c in text)
 
 
 class SpecError(ValueError):
@@ -166,7 +173,7 @@ class JobSpec:
                 f"--launcher accelerate cannot run the uneven layout {layout}: accelerate starts"
                 " num_processes // num_machines processes on every node; use --launcher torchrun"
             )
-        if not self.job_name or not self.job_name.isprintable():
+        if not printable_line(self.job_name):
             raise SpecError(f"--job-name {self.job_name!r}: must be non-empty printable text on one line")
         for option, value in (("--partition", self.partition), ("--account", self.account),
                               ("--qos", self.qos), ("--exclude", self.exclude)):
@@ -211,7 +218,7 @@ class JobSpec:
                 _check_no_newline(option, value)
         for line in self.setup:
             _check_no_newline("--setup", line)
-        if not self.log_dir.isprintable():
+        if not printable_line(self.log_dir):
             raise SpecError(f"--log-dir {self.log_dir!r}: must be printable text on one line")
         _check_no_newline("--python", self.python)
         return self

@@ -34,6 +34,7 @@ def shim_env(tmp_path, **extra):
         SLURM_JOB_NODELIST="node[1-2]",
         SHIM_HOSTS_0="node1,node2",
         SHIM_HOSTS_1="node3,node4",
+        SLURMGEN_POLL_SECONDS="0.1",
     )
     env.update(extra)
     return env

@@ -106,6 +106,7 @@ COMPONENT_NAMES=()
 STOP_REQUESTED=0
 STOP_DEADLINE=0
 MAX_RESTARTS=3
+POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 
 start_component() {  # name, command...
     COMPONENT_NAMES+=("$1")
@@ -178,7 +179,7 @@ watch_components() {
             stop_components
             requeue_or_finish 0
         fi
-        sleep 1
+        sleep "$POLL_SECONDS"
     done
 }
 

@@ -121,6 +121,7 @@ COMPONENT_NAMES=()
 STOP_REQUESTED=0
 STOP_DEADLINE=0
 MAX_RESTARTS=3
+POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 
 start_component() {  # name, command...
     COMPONENT_NAMES+=("$1")
@@ -193,12 +194,12 @@ watch_components() {
             stop_components
             requeue_or_finish 0
         fi
-        sleep 1
+        sleep "$POLL_SECONDS"
     done
 }
 
 # The training target: python -m train.sft
-TARGET=(-m train.sft --max_steps 100 --output_dir 'runs/it'"'"'s here')
+TARGET=(-m train.sft --max_steps 100 --output_dir 'runs/it'\''s here')
 
 # Component 0: 2 node(s) x 2 GPU(s), node ranks 0..1, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
