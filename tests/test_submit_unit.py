@@ -1,0 +1,415 @@
+"""python -m slurmgen.submit without Slurm: parameters, task environment, failure reports, CLI.
+
+The one job that runs here uses submitit's local executor with a plain script (no torch).
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmgen import submission, task
+from slurmgen.spec import JobSpec, SpecError
+from slurmgen.submit import submit_command
+from tests.test_cli_errors import CASES
+
+REPO = Path(__file__).resolve().parent.parent
+UNEVEN = JobSpec(gpus=(1, 1, 2, 2), cpus_per_gpu=3, train_args=("--output_dir", "run"))
+
+
+# ---------------------------------------------------------------------------- executor parameters
+def test_slurm_parameters_one_task_per_gpu():
+    params = submission.slurm_parameters(UNEVEN)
+    assert params["nodes"] == 4
+    assert params["cpus_per_task"] == 3
+    assert params["additional_parameters"] == {"ntasks": 6, "gpus_per_task": 1}
+    assert "--kill-on-bad-exit=1" in params["srun_args"]
+    assert "--cpus-per-task=3" in params["srun_args"]
+    assert params["time"] == submission.NO_LIMIT_MINUTES
+    assert params["signal_delay_s"] == UNEVEN.grace
+    for absent in ("partition", "account", "qos", "mem", "nodelist", "setup"):
+        assert absent not in params
+
+
+def test_slurm_parameters_map_every_job_option():
+    spec = JobSpec(gpus=(2, 2), job_name="exp", partition="gpu", account="lab", qos="high",
+                   time="1:30:10", mem="64G", constraint="a100", nodelist=("n1", "n2"),
+                   exclude="n9", setup=("module load cuda",), grace=60)
+    params = submission.slurm_parameters(spec)
+    assert params["job_name"] == "exp"
+    assert (params["partition"], params["account"], params["qos"]) == ("gpu", "lab", "high")
+    assert (params["mem"], params["constraint"], params["exclude"]) == ("64G", "a100", "n9")
+    assert params["nodelist"] == "n1,n2"
+    assert params["setup"] == ["module load cuda"]
+    assert params["time"] == 91  # whole minutes, rounded up, for submitit's time-out accounting
+    assert params["additional_parameters"]["time"] == "1:30:10"  # the #SBATCH line: exact
+    assert params["signal_delay_s"] == 60
+
+
+def test_local_parameters_world_size_processes():
+    params = submission.local_parameters(JobSpec(gpus=(2,), time="10"))
+    assert params["tasks_per_node"] == 2
+    assert params["gpus_per_node"] == 2
+    assert params["timeout_min"] == 10
+
+
+def test_accelerate_is_refused_with_one_line():
+    with pytest.raises(SpecError, match="--launcher accelerate: python -m slurmgen.submit starts one task"):
+        submission.check_submittable(JobSpec(gpus=(2, 2), launcher="accelerate"))
+    submission.check_submittable(JobSpec(gpus=(2, 2), launcher="srun"))
+
+
+@pytest.fixture
+def fake_srun(tmp_path, monkeypatch):
+    """submitit's Slurm executor insists on srun being on PATH; sbatch is never called here."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bindir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+
+def sbatch_text(spec, folder):
+    executor = submission._executor(spec, folder, local=False)
+    return executor._make_submission_file_text("python -m submitit.core._submit F", "uid")
+
+
+def test_sbatch_text_uneven_layout(fake_srun, tmp_path):
+    text = sbatch_text(UNEVEN, tmp_path)
+    for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks=6", "#SBATCH --gpus-per-task=1",
+                 "#SBATCH --cpus-per-task=3", f"#SBATCH --signal=USR2@{UNEVEN.grace}"):
+        assert line in text.splitlines()
+    assert "--time" not in text  # no limit asked: the partition's default applies, as in render
+    assert "--kill-on-bad-exit=1" in text
+    assert "hetjob" not in text
+
+
+def test_sbatch_text_time_limit(fake_srun, tmp_path):
+    text = sbatch_text(JobSpec(gpus=(1,), time="2:00:00"), tmp_path)
+    assert "#SBATCH --time=2:00:00" in text.splitlines()
+
+
+def test_executor_counts_every_task(fake_srun, tmp_path):
+    executor = submission._executor(UNEVEN, tmp_path, local=False)
+    assert executor._num_tasks() == 6  # submitit's own count would be nodes x 1 = 4
+
+
+def test_no_slurm_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(submission.SubmitError, match="srun.*use --local"):
+        submission._executor(UNEVEN, tmp_path, local=False)
+
+
+# ---------------------------------------------------------------------------- output dir
+@pytest.mark.parametrize("args,expected", [
+    (["--output_dir", "runs/a", "--max_steps", "3"], "runs/a"),
+    (["--max_steps", "3", "--output_dir=runs/b"], "runs/b"),
+    (["--output-dir", "runs/c"], "runs/c"),
+    (["--max_steps", "3"], None),
+    (["--output_dir"], None),
+])
+def test_output_dir_arg(args, expected):
+    assert task.output_dir_arg(args) == expected
+
+
+def test_output_dir_relative_to_submitting_directory(tmp_path):
+    assert submission.resolve_output_dir(["--output_dir", "run"], cwd=str(tmp_path)) == tmp_path / "run"
+    assert submission.resolve_output_dir(["--output_dir", "/abs/run"], cwd=str(tmp_path)) == Path("/abs/run")
+
+
+# ---------------------------------------------------------------------------- task environment
+def slurm_task_env(procid, nodeid, localid):
+    """What srun gives task PROCID of a 1,1,2,2 step (see DESIGN.md), plus leftovers of a torchrun
+    worker in the submitting shell that must not leak into the job."""
+    return {"SLURM_PROCID": str(procid), "SLURM_NODEID": str(nodeid), "SLURM_LOCALID": str(localid),
+            "SLURM_STEP_NUM_TASKS": "6", "SLURM_STEP_TASKS_PER_NODE": "1(x2),2(x2)",
+            "SLURM_STEP_NODELIST": "node[1-4]", "SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0",
+            "CUDA_VISIBLE_DEVICES": "0", "RANK": "7", "WORLD_SIZE": "8", "MASTER_ADDR": "elsewhere"}
+
+
+@pytest.mark.parametrize("procid,nodeid,localid,local_world", [
+    (0, 0, 0, 1), (1, 1, 0, 1), (2, 2, 0, 2), (3, 2, 1, 2), (4, 3, 0, 2), (5, 3, 1, 2)])
+def test_slurm_task_ranks_uneven(procid, nodeid, localid, local_world):
+    from train.distenv import DistEnv
+
+    env = slurm_task_env(procid, nodeid, localid)
+    task.prepare_environ(env, (("HF_HUB_OFFLINE", "1"),), None, 600, threads=3)
+    denv = DistEnv.from_environ(env)
+    assert (denv.rank, denv.world_size, denv.local_world_size) == (procid, 6, local_world)
+    assert denv.master_addr == "node1"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["SLURMGEN_COLLECTIVE_TIMEOUT"] == "600"
+    assert env["OMP_NUM_THREADS"] == "3"
+
+
+def test_master_port_option_reaches_slurm_tasks():
+    from train.distenv import DistEnv
+
+    env = slurm_task_env(0, 0, 0)
+    task.prepare_environ(env, (), 23456, None)
+    assert DistEnv.from_environ(env).master_port == 23456
+
+
+def test_local_executor_environment_gives_ranks():
+    from train.distenv import DistEnv
+
+    env = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_LOCAL_GLOBALID": "1",
+           "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_JOB_ID": "99",
+           # an salloc shell's variables must not turn local processes into Slurm tasks
+           "SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "5"}
+    task.prepare_environ(env, (), 29999, None)
+    denv = DistEnv.from_environ(env)
+    assert (denv.rank, denv.local_rank, denv.world_size, denv.local_world_size) == (1, 1, 2, 2)
+    assert (denv.master_addr, denv.master_port) == ("127.0.0.1", 29999)
+
+
+def test_user_threads_setting_wins():
+    env = {"OMP_NUM_THREADS": "8"}
+    task.prepare_environ(env, (), None, None, threads=2)
+    assert env["OMP_NUM_THREADS"] == "8"
+
+
+def test_task_is_checkpointable_and_pickles_by_reference():
+    from submitit.helpers import DelayedSubmission
+
+    train_task = submission.make_task(UNEVEN)
+    resubmission = train_task.checkpoint()
+    assert isinstance(resubmission, DelayedSubmission)
+    assert resubmission.function == train_task
+    assert pickle.loads(pickle.dumps(train_task)) == train_task
+    assert train_task.target == ("module", "train.sft")
+    assert train_task.train_args == ("--output_dir", "run")
+
+
+def test_local_task_gets_a_free_port():
+    assert submission.make_task(UNEVEN).master_port is None  # Slurm: derived from the job id
+    assert 1024 <= submission.make_task(UNEVEN, local=True).master_port <= 65535
+
+
+def test_nonzero_exit_of_entry_point_is_an_error(tmp_path, monkeypatch):
+    script = tmp_path / "bad.py"
+    script.write_text("import sys\nprint('error: no data', file=sys.stderr)\nsys.exit(2)\n")
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    stop = task._StopOnSignal(tmp_path / "stop", True, 30)
+    with pytest.raises(task.TrainingFailed, match="exited with status 2"):
+        task.TrainTask(target=("script", str(script)))._run(stop)
+
+
+# ---------------------------------------------------------------------------- failure reports
+def test_pick_failed_task_earliest_then_lowest():
+    outcomes = {0: ("success", 5.0), 3: ("error", 10.0), 4: ("error", 10.5), 1: ("error", 30.0)}
+    assert submission.pick_failed_task(outcomes) == 3
+    assert submission.pick_failed_task({5: ("error", 1.2), 2: ("error", 1.9)}) == 2
+    assert submission.pick_failed_task({0: ("success", 1.0)}) is None
+
+
+def test_srun_culprit_skips_tasks_killed_because_of_it():
+    log = ("srun: error: node2: task 1: Killed\n"
+           "srun: error: node4: task 5: Exited with exit code 1\n"
+           "srun: error: node3: tasks 2-3: Terminated\n")
+    assert submission.srun_culprit(log) == (5, "node4")
+    assert submission.srun_culprit("srun: error: node3: tasks 2-3: Killed\n") is None
+    assert submission.srun_culprit("srun: error: node4: task 1: Aborted\n") == (1, "node4")
+
+
+def test_task_host_from_newest_start_line(tmp_path):
+    log = tmp_path / "1_3_log.out"
+    log.write_text("submitit INFO - Starting\n"
+                   f"{task.START_MARK} task 3 on node3: rank 3/6 local 1/2\n"
+                   f"{task.START_MARK} task 3 on node4: rank 3/6 local 1/2\n")
+    assert submission.task_host(log) == "node4"
+    assert submission.task_host(tmp_path / "missing") is None
+
+
+def test_tail_drops_progress_bars_and_blank_lines(tmp_path):
+    log = tmp_path / "x.err"
+    log.write_text("first\n\n 12%|█▎        | 1/8 [00:00<00:06,  1.01it/s]\r 25%|██▌  | 2/8\n"
+                   + "".join(f"line {i}\n" for i in range(30)))
+    text = submission.tail(log, 5)
+    assert text.splitlines() == [f"line {i}" for i in range(25, 30)]
+    assert submission.tail(tmp_path / "missing") == ""
+
+
+def test_job_failed_message_names_the_task(tmp_path):
+    failure = submission.TaskFailure(3, "node3", tmp_path / "1_3_log.err", "boom")
+    assert str(submission.JobFailed("12", "FAILED", failure)) == "job 12 FAILED: task 3 on node3 failed"
+    nobody = submission.TaskFailure(None, None, tmp_path / "1_0_log.err", "")
+    assert str(submission.JobFailed("12", "CANCELLED", nobody)) == "job 12 CANCELLED"
+
+
+class FakeJob:
+    job_id = "4242"
+
+
+def fake_submission(tmp_path, world=2, outcomes=None):
+    """A Submission over files in tmp_path, as a finished job would have left them."""
+    from submitit.core.utils import JobPaths, cloudpickle_dump
+
+    sub = submission.Submission(FakeJob(), tmp_path, world, None, local=False)
+    for index, (outcome, value, log) in (outcomes or {}).items():
+        paths = JobPaths(tmp_path, "4242", index)
+        paths.stdout.write_text(f"{task.START_MARK} task {index} on node{index + 1}: rank\n")
+        paths.stderr.write_text(log)
+        if outcome:
+            cloudpickle_dump((outcome, value), paths.result_pickle)
+    return sub
+
+
+def test_failure_names_task_that_raised(tmp_path, monkeypatch):
+    sub = fake_submission(tmp_path, outcomes={
+        0: ("success", {}, ""), 1: ("error", "Traceback", "error: model path not found: x\n")})
+    monkeypatch.setattr(sub, "state", lambda: "FAILED")
+    failure = sub.failure()
+    assert (failure.task, failure.host) == (1, "node2")
+    assert "model path not found" in failure.tail
+
+
+def test_failure_from_srun_when_tasks_crashed_after_success(tmp_path, monkeypatch):
+    sub = fake_submission(tmp_path, outcomes={
+        0: ("success", {}, "srun: error: node2: task 1: Aborted\n"),
+        1: ("success", {}, "terminate called without an active exception\n")})
+    monkeypatch.setattr(sub, "state", lambda: "FAILED")
+    failure = sub.failure()
+    assert (failure.task, failure.host) == (1, "node2")
+    assert "terminate called" in failure.tail
+
+
+def test_completed_job_has_no_failure(tmp_path, monkeypatch):
+    sub = fake_submission(tmp_path, outcomes={0: ("success", {"a": 1}, ""), 1: ("success", {}, "")})
+    monkeypatch.setattr(sub, "state", lambda: "COMPLETED")
+    assert sub.failure() is None
+
+
+def test_results_of_an_older_job_with_the_same_id_are_ignored(tmp_path):
+    sub = fake_submission(tmp_path, outcomes={0: ("error", "old", ""), 1: ("error", "old", "")})
+    sub.submitted_at = time.time() + 60
+    assert sub._outcomes() == {}
+
+
+# ---------------------------------------------------------------------------- command line
+RENDER_CASES = [(args, message) for args, message in CASES if message is not None]
+
+
+@pytest.mark.parametrize("args,message", RENDER_CASES, ids=[" ".join(a) for a, _ in RENDER_CASES])
+def test_bad_input_same_message_as_render_and_nothing_submitted(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(submission, "submit_job", pytest.fail)  # must not be reached
+    result = CliRunner().invoke(submit_command, ["--folder", "sub", *args], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert result.stderr == f"slurmgen: error: {message}\n"
+    assert result.stdout == ""
+    assert os.listdir(tmp_path) == []
+
+
+def test_python_dash_m_bad_input(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "slurmgen.submit", "--nodes", "0"], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 2
+    assert proc.stderr == "slurmgen: error: --nodes 0: must be a positive integer\n"
+    assert os.listdir(tmp_path) == []
+
+
+class StubSubmission:
+    """Stands in for a submitted job in CLI tests."""
+
+    job_id = "77"
+    folder = Path("/tmp/sub")
+    output_dir = None
+
+    def __init__(self, wait_raises=None, result=None, error=None):
+        self.wait_raises, self._result, self.error = wait_raises, result, error
+        self.cancelled = False
+
+    def wait(self, progress=None, interval=1.0):
+        if self.wait_raises:
+            raise self.wait_raises
+        progress(submission.Status("RUNNING", "0", {"step": 4, "max_steps": 8, "loss": 1.5}))
+        progress(submission.Status("COMPLETED", "0", {"step": 8, "max_steps": 8, "loss": 1.25}))
+        return "COMPLETED"
+
+    def result(self):
+        if self.error:
+            raise self.error
+        return self._result
+
+    def metrics_file(self):
+        return None
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def run_cli(monkeypatch, stub, args=("--gpus", "2"), **kwargs):
+    monkeypatch.setattr(submission, "submit_job", lambda spec, folder, local=False: stub)
+    return CliRunner().invoke(submit_command, [*args], catch_exceptions=False, **kwargs)
+
+
+def test_success_prints_progress_and_rank0_metrics(monkeypatch):
+    result = run_cli(monkeypatch, StubSubmission(result={"world_size": 2, "train_loss": 1.3}))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "submitted job 77: 2 tasks on 1 nodes (2 GPUs)"
+    assert any(l.startswith("[RUNNING   ] step 4/8 [") and "loss 1.5000" in l for l in lines)
+    assert any(l.startswith("[COMPLETED ] step 8/8 [####") for l in lines)
+    metrics = result.stdout.split("rank 0 metrics:\n", 1)[1].split("\nlogs:", 1)[0]
+    assert json.loads(metrics) == {"world_size": 2, "train_loss": 1.3}
+
+
+def test_detach_returns_at_once(monkeypatch):
+    stub = StubSubmission(wait_raises=AssertionError("detach must not wait"))
+    result = run_cli(monkeypatch, stub, args=("--detach", "--gpus", "2"))
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == ["submitted job 77: 2 tasks on 1 nodes (2 GPUs)",
+                                          "submitit folder: /tmp/sub"]
+
+
+def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
+    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
+    stub = StubSubmission(error=submission.JobFailed("77", "FAILED", failure))
+    result = run_cli(monkeypatch, stub)
+    assert result.exit_code == 1
+    assert "slurmgen: job 77 FAILED: task 3 on node3 failed" in result.stderr
+    assert result.stderr.rstrip().endswith("error: model path not found: x")
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("answer,cancelled", [("y\n", True), ("n\n", False)])
+def test_ctrl_c_asks_whether_to_cancel(monkeypatch, answer, cancelled):
+    stub = StubSubmission(wait_raises=KeyboardInterrupt())
+    result = run_cli(monkeypatch, stub, input=answer)
+    assert result.exit_code == 130
+    assert "cancel job 77?" in result.stderr
+    assert stub.cancelled is cancelled
+    assert ("cancelled job 77" in result.stderr) is cancelled
+
+
+# ---------------------------------------------------------------------------- local executor
+PROBE = """
+import json, os, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PROBE")
+with open(os.path.join(out, "rank%s.json" % os.environ["RANK"]), "w") as fh:
+    json.dump({k: os.environ.get(k) for k in keys}, fh)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_local_two_processes_get_ranks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "probe.py").write_text(PROBE)
+    spec = JobSpec(gpus=(2,), script=str(tmp_path / "probe.py"), module=None,
+                   env=(("PROBE", "yes"),), train_args=("--out", str(tmp_path))).validate()
+    sub = submission.submit_job(spec, str(tmp_path / "sub"), local=True)
+    assert sub.wait(interval=0.2, timeout=90) == "COMPLETED"
+    assert sub.result() is None and sub.failure() is None
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["RANK"], r["LOCAL_RANK"], r["WORLD_SIZE"]) for r in ranks] == [("0", "0", "2"), ("1", "1", "2")]
+    assert {r["MASTER_ADDR"] for r in ranks} == {"127.0.0.1"}
+    assert len({r["MASTER_PORT"] for r in ranks}) == 1
+    assert {r["PROBE"] for r in ranks} == {"yes"}
+    assert len(sub.logs()) == 2
