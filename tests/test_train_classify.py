@@ -21,6 +21,8 @@ def check_run(out, world):
     # Loss per example: about ln 2 at the start whatever the world size (not world x that).
     assert 0.5 < m["first_loss"] < 0.9, m
     assert m["ranks_per_host"] == {HOST: world}
+    assert len(m["peak_rss_mb_per_rank"]) == world and min(m["peak_rss_mb_per_rank"]) > 50
+    assert m["data_prep_seconds"] > 0
     assert m["stopped_early"] is False and m["resumed_from_step"] is None
     assert_single_writer(out, steps_logged=12, checkpoints=[30, 60])
     return m

@@ -22,6 +22,8 @@ def check_run(out, metrics, world, steps=10, checkpoints=(5, 10)):
     assert m["last_loss"] < m["first_loss"], m
     assert m["resumed_from_step"] is None and m["stopped_early"] is False
     assert m["ranks_per_host"] == {HOST: world}
+    assert len(m["peak_rss_mb_per_rank"]) == world and min(m["peak_rss_mb_per_rank"]) > 50
+    assert m["data_prep_seconds"] > 0
     assert m["samples_per_second"] > 0 and m["tokens_per_second"] > 0
     assert m["train_loss"] > 0
     assert_single_writer(out, steps_logged=steps, checkpoints=list(checkpoints))

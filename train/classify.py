@@ -13,6 +13,7 @@ the world size (average_tokens_across_devices=False).
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 
 from train import distenv, runtime
@@ -98,12 +99,14 @@ def _main(argv: list[str]) -> dict | None:
     hf.touch_distributed(targs)
 
     tokenizer = AutoTokenizer.from_pretrained(cargs.model_name_or_path)
+    t0 = time.perf_counter()
     with targs.main_process_first(local=False, desc="prepare data"):
         train_raw, train_name = load_split(cargs, "train")
         train_ds = prepare(train_raw, train_name, cargs, tokenizer, cargs.max_train_samples)
         eval_raw, eval_name = load_split(cargs, "eval") if (cargs.eval_file or cargs.dataset_name) else (None, None)
         eval_ds = (prepare(eval_raw, eval_name, cargs, tokenizer, cargs.max_eval_samples)
                    if eval_raw is not None else None)
+    data_prep_seconds = time.perf_counter() - t0
 
     extra = {} if cargs.num_labels is None else {"num_labels": cargs.num_labels}
     model = AutoModelForSequenceClassification.from_pretrained(cargs.model_name_or_path, **extra)
@@ -124,7 +127,7 @@ def _main(argv: list[str]) -> dict | None:
         metrics = trainer.evaluate()
         return {"eval_accuracy": metrics.get("eval_accuracy"), "eval_loss": metrics.get("eval_loss")}
 
-    return hf.train_and_finish(trainer, denv, extra_after=evaluate)
+    return hf.train_and_finish(trainer, denv, extra_after=evaluate, data_prep_seconds=data_prep_seconds)
 
 
 def main(argv: list[str] | None = None) -> dict | None:

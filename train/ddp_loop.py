@@ -138,8 +138,10 @@ def _main(argv: list[str]) -> dict | None:
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
+        t_prep = time.perf_counter()
         with main_first(denv):
             ds = tokenized_dataset(args, tokenizer)
+        data_prep_seconds = time.perf_counter() - t_prep
 
         # Resuming loads the weights from the checkpoint itself (HF format).
         source = resume[1] if resume else args.model_name_or_path
@@ -213,6 +215,7 @@ def _main(argv: list[str]) -> dict | None:
             train_loss=train_loss,
             elapsed=elapsed, global_batch=global_batch,
             tokens=int(tokens.item()), stopped_early=stopped, model=model,
+            data_prep_seconds=data_prep_seconds,
         )
     finally:
         runtime.destroy_process_group()

@@ -110,7 +110,8 @@ class ContractCallback(TrainerCallback):
         self.tokens_end = state.num_input_tokens_seen
 
 
-def train_and_finish(trainer, denv: DistEnv, extra_after=None) -> dict[str, Any]:
+def train_and_finish(trainer, denv: DistEnv, extra_after=None,
+                     data_prep_seconds: float | None = None) -> dict[str, Any]:
     """Resume if possible, train, then write metrics. ``extra_after(stopped)`` adds metrics."""
     args = trainer.args
     progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch(args))
@@ -137,6 +138,7 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None) -> dict[str, Any]
         stopped_early=stopped,
         model=trainer.model,
         extra=extra,
+        data_prep_seconds=data_prep_seconds,
     )
 
 

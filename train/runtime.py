@@ -278,15 +278,38 @@ def stop_requested(is_main: bool) -> bool:
     return bool(flag.item())
 
 
-def ranks_per_host() -> dict[str, int]:
-    """Host name -> number of ranks on it, gathered from every rank."""
-    host = socket.gethostname()
+def rank_report(data_prep_seconds: float | None) -> dict[str, Any]:
+    """What every rank contributes to metrics.json, gathered in one collective."""
+    import resource
+
+    mine = {
+        "host": socket.gethostname(),
+        # ru_maxrss is in KiB on Linux.
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gpu_mb": None,
+        "prep": data_prep_seconds,
+    }
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            mine["gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     dist = _dist()
     if dist is None:
-        return {host: 1}
-    hosts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, host)
-    return dict(sorted(Counter(hosts).items()))
+        everyone = [mine]
+    else:
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    preps = [r["prep"] for r in everyone if r["prep"] is not None]
+    report = {
+        "ranks_per_host": dict(sorted(Counter(r["host"] for r in everyone).items())),
+        "peak_rss_mb_per_rank": [round(r["rss_mb"], 1) for r in everyone],
+        # The job waits for its slowest rank.
+        "data_prep_seconds": max(preps) if preps else None,
+    }
+    if any(r["gpu_mb"] is not None for r in everyone):
+        report["peak_gpu_mb_per_rank"] = [r["gpu_mb"] and round(r["gpu_mb"], 1) for r in everyone]
+    return report
 
 
 def destroy_process_group() -> None:
@@ -370,6 +393,7 @@ def finish(
     stopped_early: bool,
     model=None,
     extra: Mapping[str, Any] | None = None,
+    data_prep_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Collective end of a run: gather hosts, write metrics.json on rank 0, return metrics."""
     steps = max(global_step - start_step, 0)
@@ -385,7 +409,7 @@ def finish(
         "train_runtime": elapsed,
         "resumed_from_step": resumed_from_step,
         "stopped_early": stopped_early,
-        "ranks_per_host": ranks_per_host(),
+        **rank_report(data_prep_seconds),
     }
     if extra:
         metrics.update(extra)

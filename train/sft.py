@@ -13,6 +13,7 @@ Launch it under torchrun, or as one Slurm task per GPU: train.distenv works out 
 from __future__ import annotations
 
 import sys
+import time
 
 from train import distenv, runtime
 
@@ -86,7 +87,9 @@ def _main(argv: list[str]) -> dict | None:
     check_quantization(model_args)
     hf.touch_distributed(cfg)
 
-    # One rank prepares (and caches) the data, the others then read the cache.
+    # One rank prepares (and caches) the data, the others then read the cache; SFTTrainer
+    # tokenizes the same way. Timed (without model loading) for bench/bench_dataprep.py.
+    t0 = time.perf_counter()
     with cfg.main_process_first(local=False, desc="load dataset"):
         train_ds = runtime.load_data(script_args.dataset_name, script_args.dataset_train_split,
                                      script_args.dataset_config, script_args.dataset_streaming)
@@ -95,16 +98,20 @@ def _main(argv: list[str]) -> dict | None:
             eval_ds = runtime.load_data(script_args.dataset_name, script_args.dataset_test_split,
                                         script_args.dataset_config, script_args.dataset_streaming)
     check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
+    prep = time.perf_counter() - t0
 
+    model, tokenizer = load_model(model_args, denv), load_tokenizer(model_args)
+    t0 = time.perf_counter()
     trainer = SFTTrainer(
-        model=load_model(model_args, denv),
+        model=model,
         args=cfg,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
-        processing_class=load_tokenizer(model_args),
+        processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
-    return hf.train_and_finish(trainer, denv)
+    prep += time.perf_counter() - t0
+    return hf.train_and_finish(trainer, denv, data_prep_seconds=prep)
 
 
 def main(argv: list[str] | None = None) -> dict | None:
