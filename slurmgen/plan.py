@@ -29,6 +29,11 @@ class Component:
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def tasks(self) -> int:
+        """Tasks in this component's step; explicit because a step inherits the job's task count."""
+        return self.nodes * self.tasks_per_node
+
 
 @dataclass(frozen=True)
 class Plan:

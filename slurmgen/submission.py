@@ -106,7 +106,8 @@ def slurm_parameters(spec: JobSpec) -> dict:
         additional_parameters=extra,
         # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
         # rank fails instead of leaving the others in a collective until it times out.
-        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1"],
+        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1",
+                   *container_flags(spec)],
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
                     constraint=spec.constraint, exclude=spec.exclude,
@@ -114,6 +115,25 @@ def slurm_parameters(spec: JobSpec) -> dict:
                     setup=list(spec.setup) or None)
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
+
+
+def container_flags(spec: JobSpec) -> list[str]:
+    """pyxis flags for the srun that starts the tasks, as the rendered scripts pass them. The
+    container must hold the same Python path (see --python) with slurmgen and submitit."""
+    flags = []
+    if spec.container_image:
+        flags.append(f"--container-image={spec.container_image}")
+    if spec.container_mounts:
+        flags.append(f"--container-mounts={spec.container_mounts}")
+    return flags
+
+
+def rank_environment(spec: JobSpec) -> tuple:
+    """(KEY, VALUE) pairs for every rank: those slurmgen's own options imply (--offline,
+    --hf-home, --nccl-*; the same as in rendered scripts), then the user's --env, which wins."""
+    from slurmgen.render import _exports
+
+    return tuple(_exports(spec)) + tuple(spec.env)
 
 
 def local_parameters(spec: JobSpec) -> dict:
@@ -130,7 +150,7 @@ def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
     port = spec.master_port
     if local and port is None:
         port = free_port()
-    return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=tuple(spec.env),
+    return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
                      master_port=port, collective_timeout=spec.collective_timeout,
                      grace=spec.grace, threads=spec.cpus_per_gpu)
 

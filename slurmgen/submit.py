@@ -153,6 +153,21 @@ def submit_command(folder, detach, local, interval, **params):
     sys.exit(follow(sub, ProgressPrinter(), interval))
 
 
+SUBMIT_ONLY = ("folder", "detach", "local", "interval")
+
+
+def spec_from_args(argv) -> "JobSpec":
+    """The JobSpec `python -m slurmgen.submit ARGV` would submit, for scripts and notebooks:
+    spec_from_args(["--nodes", "4", "--gpus", "1,1,2,2", "--", "--output_dir", "run"]).
+    Raises SpecError (or click.UsageError for an unknown option)."""
+    from slurmgen.submission import check_submittable
+
+    ctx = submit_command.make_context("python -m slurmgen.submit", list(argv))
+    spec = spec_from_options({k: v for k, v in ctx.params.items() if k not in SUBMIT_ONLY})
+    check_submittable(spec)
+    return spec
+
+
 def main(argv=None):
     submit_command.main(argv, prog_name="python -m slurmgen.submit")
 

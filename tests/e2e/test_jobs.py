@@ -52,7 +52,7 @@ def test_sft_on_uneven_nodes(submit_job, assets, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_classify_on_uniform_two_by_two(submit_job, assets, tmp_path):
-    job = submit_job(["--nodes", "2", "--gpus", "2"], [
+    job = submit_job(["--nodes", "2", "--gpus", "2", "--module", "train.classify"], [
         "--model_name_or_path", str(assets / "bert"),
         "--train_file", str(assets / "data" / "labelled_train.jsonl"),
         "--eval_file", str(assets / "data" / "labelled_eval.jsonl"),

@@ -89,7 +89,7 @@ print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transforme
 PY
 SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
 : > "$SLURMGEN_PREFLIGHT_LOG"
-srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 4 >> "$SLURMGEN_PREFLIGHT_LOG" &
 wait
 if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 2; then
@@ -186,7 +186,7 @@ TARGET=(-m train.sft)
 # Component 0: 2 node(s) x 4 GPU(s), one accelerate launcher per node.
 # shellcheck disable=SC2016  # the machine rank is computed on each node, not here
 start_component 'component 0 (2 node(s) x 4 GPUs)' \
-    srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 \
+    srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 \
     bash -c 'exec accelerate launch --machine_rank="$SLURM_NODEID" "$@"' accelerate \
     --num_machines=2 --num_processes=8 --multi_gpu \
     --main_process_ip="$MASTER_ADDR" --main_process_port="$MASTER_PORT" --rdzv_backend=static --same_network \

@@ -124,13 +124,13 @@ print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transforme
 PY
 SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
 : > "$SLURMGEN_PREFLIGHT_LOG"
-srun --het-group=0 --nodes=4 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=0 --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 8 >> "$SLURMGEN_PREFLIGHT_LOG" &
-srun --het-group=1 --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 4 >> "$SLURMGEN_PREFLIGHT_LOG" &
-srun --het-group=2 --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=2 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 2 >> "$SLURMGEN_PREFLIGHT_LOG" &
-srun --het-group=3 --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 1 >> "$SLURMGEN_PREFLIGHT_LOG" &
 wait
 if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 8; then
@@ -227,7 +227,7 @@ TARGET=(-m train.sft)
 # Component 0: 4 node(s) x 8 GPU(s), node ranks 0..3, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (4 node(s) x 8 GPUs)' \
-    srun --het-group=0 --nodes=4 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \
+    srun --het-group=0 --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=8 --nproc-per-node=8 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
@@ -237,7 +237,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (4 node(s) x 8 GPUs)' \
 # Component 1: 2 node(s) x 4 GPU(s), node ranks 4..5, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=4 start_component 'component 1 (2 node(s) x 4 GPUs)' \
-    srun --het-group=1 --nodes=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 \
+    srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=8 --nproc-per-node=4 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
@@ -247,7 +247,7 @@ SLURMGEN_NODE_OFFSET=4 start_component 'component 1 (2 node(s) x 4 GPUs)' \
 # Component 2: 1 node(s) x 2 GPU(s), node ranks 6..6, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=6 start_component 'component 2 (1 node(s) x 2 GPUs)' \
-    srun --het-group=2 --nodes=1 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
+    srun --het-group=2 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=8 --nproc-per-node=2 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
@@ -257,7 +257,7 @@ SLURMGEN_NODE_OFFSET=6 start_component 'component 2 (1 node(s) x 2 GPUs)' \
 # Component 3: 1 node(s) x 1 GPU(s), node ranks 7..7, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=7 start_component 'component 3 (1 node(s) x 1 GPU)' \
-    srun --het-group=3 --nodes=1 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    srun --het-group=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=8 --nproc-per-node=1 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \

@@ -119,7 +119,7 @@ TARGET=(-m train.sft)
 # Component 0: 1 node(s) x 1 GPU(s), node ranks 0..0, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (1 node(s) x 1 GPU)' \
-    srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=1 --nproc-per-node=1 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \

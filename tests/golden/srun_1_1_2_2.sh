@@ -96,9 +96,9 @@ print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transforme
 PY
 SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
 : > "$SLURMGEN_PREFLIGHT_LOG"
-srun --het-group=0 --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.ddp_loop '' 1 >> "$SLURMGEN_PREFLIGHT_LOG" &
-srun --het-group=1 --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.ddp_loop '' 2 >> "$SLURMGEN_PREFLIGHT_LOG" &
 wait
 if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 4; then
@@ -194,12 +194,12 @@ TARGET=(-m train.ddp_loop)
 
 # Component 0: 2 node(s) x 1 GPU(s), one task per GPU, global ranks 0..1.
 SLURMGEN_RANK_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' \
-    srun --het-group=0 --nodes=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     python3 "${TARGET[@]}"
 
 # Component 1: 2 node(s) x 2 GPU(s), one task per GPU, global ranks 2..5.
 SLURMGEN_RANK_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' \
-    srun --het-group=1 --nodes=2 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    srun --het-group=1 --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
     python3 "${TARGET[@]}"
 
 watch_components

@@ -96,9 +96,9 @@ print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transforme
 PY
 SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
 : > "$SLURMGEN_PREFLIGHT_LOG"
-srun --het-group=0 --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 1 >> "$SLURMGEN_PREFLIGHT_LOG" &
-srun --het-group=1 --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
+srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$SLURMGEN_PREFLIGHT_REPORT" module train.sft '' 2 >> "$SLURMGEN_PREFLIGHT_LOG" &
 wait
 if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 4; then
@@ -195,7 +195,7 @@ TARGET=(-m train.sft)
 # Component 0: 2 node(s) x 1 GPU(s), node ranks 0..1, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' \
-    srun --het-group=0 --nodes=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=4 --nproc-per-node=1 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
@@ -205,7 +205,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' \
 # Component 1: 2 node(s) x 2 GPU(s), node ranks 2..3, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
 SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' \
-    srun --het-group=1 --nodes=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
+    srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=4 --nproc-per-node=2 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
