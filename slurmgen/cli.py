@@ -94,6 +94,13 @@ def render_command(ctx, output, show_config, check_first, **params):
     plan = materialize(spec)
     if check_first and not run_check(plan, err=output == "-"):
         sys.exit(1)
+    if spec.offline:
+        from slurmgen.prefetch import PrefetchError, prefetch
+
+        try:
+            prefetch(spec, log=lambda line: click.echo(line, err=True))
+        except PrefetchError as err:
+            fail(str(err), 1)
     text = render(plan, command=invoked_command())
     os.makedirs(spec.log_dir, exist_ok=True)
     to_stdout = output == "-"

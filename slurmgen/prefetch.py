@@ -1,0 +1,57 @@
+"""--offline: fetch the hub model and data set named in the training arguments once, here on the
+login node, into the shared cache (--hf-home) that every compute node then reads offline."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from slurmgen.spec import JobSpec
+
+# Training arguments that name hub repositories, with the repository type they name.
+HUB_ARGUMENTS = {"--model_name_or_path": "model", "--dataset_name": "dataset"}
+
+
+class PrefetchError(RuntimeError):
+    pass
+
+
+def hub_names(train_args) -> list[tuple[str, str]]:
+    """(repo type, repo id) for hub names in the arguments; local paths need no fetching."""
+    found = []
+    args = list(train_args)
+    for i, arg in enumerate(args):
+        key, sep, value = arg.partition("=")
+        if key in HUB_ARGUMENTS:
+            value = value if sep else (args[i + 1] if i + 1 < len(args) else "")
+            if value and not os.path.exists(value):
+                found.append((HUB_ARGUMENTS[key], value))
+    return found
+
+
+def prefetch(spec: JobSpec, log=print) -> None:
+    names = hub_names(spec.train_args)
+    if not names:
+        return
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise PrefetchError("--offline needs huggingface_hub on this node to fetch "
+                            f"{names[0][1]!r} (pip install huggingface_hub)") from None
+    cache: Optional[str] = spec.hf_home
+    for repo_type, repo_id in names:
+        log(f"fetching {repo_type} {repo_id} into {cache or 'the default Hugging Face cache'}")
+        previous = os.environ.get("HF_HOME")
+        if cache:
+            os.environ["HF_HOME"] = cache
+        try:
+            snapshot_download(repo_id=repo_id, repo_type=repo_type)
+        except Exception as err:  # network, auth, missing repo: one line for the user
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise PrefetchError(f"--offline: cannot fetch {repo_type} {repo_id!r}: {first}") from None
+        finally:
+            if cache:
+                if previous is None:
+                    os.environ.pop("HF_HOME", None)
+                else:
+                    os.environ["HF_HOME"] = previous

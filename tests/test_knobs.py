@@ -1,0 +1,51 @@
+"""Multi-node knobs: NCCL, shared HF cache and offline mode, pyxis containers only when asked."""
+
+
+def render_text(render_args, *args):
+    result = render_args("render", "-o", "-", "--nodes", "2", "--gpus", "2", *args)
+    assert result.exit_code == 0, result.stderr
+    return result.stdout, result.stderr
+
+
+def test_nccl_and_cache_exports(render_args, tmp_path):
+    text, _ = render_text(
+        render_args, "--nccl-debug", "info", "--nccl-socket-ifname", "^docker,lo",
+        "--hf-home", str(tmp_path / "hf cache"), "--offline")
+    assert "export NCCL_DEBUG=INFO\n" in text
+    assert "export NCCL_SOCKET_IFNAME='^docker,lo'\n" in text
+    assert "export GLOO_SOCKET_IFNAME='^docker,lo'\n" in text
+    assert f"export HF_HOME='{tmp_path}/hf cache'\n" in text
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        assert f"export {var}=1\n" in text
+
+
+def test_containers_only_when_asked(render_args):
+    plain, _ = render_text(render_args)
+    assert "--container" not in plain and "NCCL_DEBUG" not in plain and "HF_HOME" not in plain
+    boxed, _ = render_text(render_args, "--container-image", "nvcr.io#nvidia/pytorch:24.01-py3",
+                           "--container-mounts", "/data:/data")
+    srun_lines = [l for l in boxed.splitlines() if l.lstrip().startswith("srun ")]
+    assert srun_lines and all("--container-image='nvcr.io#nvidia/pytorch:24.01-py3'" in l
+                              and "--container-mounts=/data:/data" in l for l in srun_lines)
+
+
+def test_bad_nccl_level(render_args):
+    result = render_args("render", "-o", "-", "--nccl-debug", "LOUD")
+    assert result.exit_code == 2
+    assert result.stderr == "slurmgen: error: --nccl-debug 'LOUD': choose one of VERSION, WARN, INFO, TRACE\n"
+
+
+def test_offline_with_local_paths_needs_no_fetch(render_args, tmp_path):
+    _, err = render_text(render_args, "--offline", "--", "--model_name_or_path", str(tmp_path))
+    assert "fetching" not in err
+
+
+def test_offline_fetch_failure_is_one_line_and_writes_nothing(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: the fetch must fail, and say so
+    result = render_args("render", "--offline", "--hf-home", str(tmp_path / "hf"), "--",
+                         "--model_name_or_path", "someorg/some-model")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        "slurmgen: error: --offline: cannot fetch model 'someorg/some-model': ")
+    assert not (tmp_path / "generated.sh").exists()
