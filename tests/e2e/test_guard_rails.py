@@ -1,0 +1,93 @@
+"""Guard rails on the real cluster: `slurmgen check` against sinfo, preflight stopping a job whose
+nodes differ, and an unruly job name reaching Slurm intact."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_helpers
+from tests.e2e.conftest import BIN, REPO
+
+SLURMGEN = str(BIN / "slurmgen")
+
+
+def check(*args):
+    return subprocess.run([SLURMGEN, "check", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_check_accepts_layouts_that_fit(cluster):
+    for layout in (["--nodes", "4", "--gpus", "1,1,2,2"], ["--nodes", "4", "--gpus", "1"]):
+        result = check(*layout)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "result: the layout can run" in result.stdout
+    assert "component 1 (2 node(s) x 2 GPU(s)): can run on node3, node4" in check(
+        "--nodes", "4", "--gpus", "1,1,2,2").stdout
+
+
+def test_check_refuses_four_nodes_with_two_gpus(cluster):
+    result = check("--nodes", "4", "--gpus", "2")
+    assert result.returncode == 1
+    assert ("component 0 (4 node(s) x 2 GPU(s)): cannot run: needs 4 node(s) with >= 2 GPU(s)"
+            " in partition debug; 2 usable (node3, node4)") in result.stdout
+
+
+def test_check_refuses_missing_partition(cluster):
+    result = check("--nodes", "1", "--partition", "a100")
+    assert result.returncode == 1
+    assert "cannot run: partition 'a100' does not exist; partitions here: debug" in result.stdout
+
+
+def test_check_reports_a_drained_node(cluster):
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=slurmgen-test"], check=True)
+    try:
+        result = check("--nodes", "4", "--gpus", "1,1,2,2")
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+    assert result.returncode == 1
+    assert "node2 is drained (slurmgen-test)" in result.stdout
+    assert "suggestion: --nodes 3 --gpus 2,2,1 fits the usable nodes here" in result.stdout
+
+
+def test_check_bad_input_is_exit_2(cluster):
+    result = check("--nodes", "2", "--gpus", "1,2,3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("slurmgen: error: --gpus '1,2,3': 3 counts given for --nodes 2")
+
+
+@pytest.mark.timeout(300)
+def test_preflight_stops_a_job_whose_node_differs(submit_job, tmp_path):
+    # node3 sees another trl, as if its environment had drifted: a dist-info shadowing the real one.
+    fake = tmp_path / "fake-site"
+    (fake / "trl-0.0.1.dist-info").mkdir(parents=True)
+    (fake / "trl-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 0.0.1\n")
+    wrapper = tmp_path / "python-on-node"
+    wrapper.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        if [ "$(hostname)" = node3 ]; then export PYTHONPATH={fake}; fi
+        exec {sys.executable} "$@"
+        """))
+    wrapper.chmod(0o755)
+    job = submit_job(["--nodes", "4", "--gpus", "1,1,2,2", "--python", str(wrapper), "--module", "train.ddp_loop"],
+                     ["--output_dir", str(tmp_path / "run")], timeout=180)
+    assert job.state == "FAILED", job.log
+    assert "slurmgen: preflight failed; not starting training:" in job.log
+    table = job.log.split("not starting training:")[1]
+    assert [line.split() for line in table.strip().splitlines()[:2]] == [
+        ["node", "what", "found", "expected"], ["node3", "trl", "0.0.1", "1.16.0"]]
+    assert "slurmgen-train" not in job.log and not (tmp_path / "run").exists()
+
+
+def test_unruly_job_name_reaches_slurm_intact(cluster, tmp_path):
+    name = """it's "quoted" $HOME `id` \\ # not a comment"""
+    script = tmp_path / "job.sh"
+    subprocess.run([SLURMGEN, "render", "-o", str(script), "--log-dir", str(tmp_path / "logs dir"),
+                    "--job-name", name], check=True, capture_output=True)
+    job = slurm_helpers.submit(script, "--hold", cwd=tmp_path)
+    try:
+        info = slurm_helpers.job_info(job)
+    finally:
+        slurm_helpers.cancel(job)
+    assert info["JobName"] == name
+    assert info["StdOut"] == f"{tmp_path}/logs dir/{name}-{job}.out"
