@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
 from train_fixtures import (REPO, ARGS, clean_env, entry, hf_cache, subprocess_env, tiny)  # noqa: F401
 
 NO_MODEL = "/nonexistent/model"
@@ -185,3 +187,11 @@ def test_command_line_error_is_fast_and_has_no_traceback(tiny, tmp_path, hf_cach
                                      "(TRL renamed max_seq_length to max_length)")
     assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(60)
+def test_hub_dataset_offline(tiny, tmp_path, clean_env, capsys):
+    argv = ARGS["train.ddp_loop"](tiny, tmp_path / "run")
+    argv[argv.index("--dataset") + 1] = "imdb"
+    line = run_in_process("train.ddp_loop", argv, capsys)
+    assert line.startswith("error: dataset not found: imdb (")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
 from train_fixtures import (ARGS, REPO, assert_same_params, clean_env, entry, hf_cache,  # noqa: F401
                             progress_lines, read_metrics, subprocess_env, tiny, torchrun_cmd)
 
@@ -131,3 +133,16 @@ def test_stop_file_mid_run_two_ranks(module, tiny, tmp_path, hf_cache):
     assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-6000:]
     m = read_metrics(out)
     assert m["resumed_from_step"] == step and m["global_step"] == step + 2 and m["stopped_early"] is False
+
+
+@pytest.mark.timeout(120)
+def test_explicit_resume_only_until_own_checkpoint(tiny, tmp_path, clean_env):
+    """--resume_from_checkpoint starts a new run from another run's checkpoint; once the new
+    run has checkpoints of its own, a requeue continues from those instead."""
+    main = entry("train.sft")
+    main(args_for("train.sft", tiny, tmp_path / "a", 5, 5))
+    given = ["--resume_from_checkpoint", str(tmp_path / "a" / "checkpoint-5")]
+    m = main(args_for("train.sft", tiny, tmp_path / "b", 7, 1) + given)
+    assert m["resumed_from_step"] == 5 and m["global_step"] == 7
+    m = main(args_for("train.sft", tiny, tmp_path / "b", 8, 1) + given)
+    assert m["resumed_from_step"] == 7 and m["global_step"] == 8

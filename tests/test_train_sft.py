@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
 from train_fixtures import (assert_ok, assert_same_params, assert_single_writer, clean_env, hf_cache,  # noqa: F401
                             progress_lines, read_metrics, run_slurm_tasks, run_torchrun, run_uneven,
                             sft_args, subprocess_env, tiny)

@@ -6,9 +6,11 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
 from train_fixtures import REPO, hf_cache, subprocess_env, tiny  # noqa: F401
 
 

@@ -118,7 +118,7 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None,
     cb = ContractCallback(denv, progress)
     trainer.add_callback(cb)
 
-    resume = runtime.decide_resume(args.output_dir, denv)
+    resume = runtime.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
     result = trainer.train(resume_from_checkpoint=None if resume is None else resume[1])
     state = trainer.state
     stopped = cb.stopped_at is not None

@@ -129,7 +129,8 @@ def check_data_path(name: str | None, flag: str) -> None:
         return
     if path.is_dir():
         return
-    if not _HUB_ID.match(name) or _offline():
+    # Not local: a hub name (load_data reports a hub miss, cached copies work offline).
+    if not _HUB_ID.match(name) or name.startswith(("/", ".", "~")):
         raise UsageError(f"dataset not found: {name}")
 
 
@@ -149,7 +150,14 @@ def load_data(name: str, split: str = "train", config: str | None = None, stream
     if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()):
         loaded = datasets.load_from_disk(str(path))
         return loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
-    return datasets.load_dataset(str(path) if path.is_dir() else name, config, split=split, streaming=streaming)
+    if path.is_dir():
+        return datasets.load_dataset(str(path), config, split=split, streaming=streaming)
+    try:
+        return datasets.load_dataset(name, config, split=split, streaming=streaming)
+    except (FileNotFoundError, ConnectionError, ValueError) as exc:
+        # datasets' own errors are multi-line; the hub being unreachable is the usual cause.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"dataset not found: {name} ({first})") from None
 
 
 def column_names(ds) -> list[str]:
@@ -325,24 +333,38 @@ def say(denv: DistEnv, message: str) -> None:
         print(f"{LOG_PREFIX} {message}", flush=True)
 
 
-def decide_resume(output_dir: str, denv: DistEnv) -> tuple[int, str] | None:
+def decide_resume(output_dir: str, denv: DistEnv, fallback: str | None = None) -> tuple[int, str] | None:
     """Rank 0 sets aside incomplete checkpoints and picks the newest complete one; all agree.
 
-    Needs the process group up when world size > 1.
+    ``fallback`` (e.g. --resume_from_checkpoint) is used only while output_dir has no
+    complete checkpoint of its own, so a requeued job continues from its latest progress
+    rather than from the starting point it was given. Needs the process group when world > 1.
     """
-    choice = None
+    choice: Any = None
     if denv.is_main:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         for moved in checkpoint.set_aside_incomplete(output_dir):
             say(denv, f"incomplete checkpoint set aside: {moved}")
         found = checkpoint.latest_complete(output_dir)
-        choice = None if found is None else (found[0], str(found[1]))
+        if found is not None:
+            choice = (found[0], str(found[1]))
+        elif fallback:
+            choice = _fallback_checkpoint(fallback)
     choice = broadcast_object(choice)
+    if isinstance(choice, str):  # rank 0 found the given checkpoint unusable
+        raise UsageError(choice)
     if choice is None:
         say(denv, "fresh start")
     else:
         say(denv, f"resuming from {choice[1]} at step {choice[0]}")
     return choice
+
+
+def _fallback_checkpoint(path: str) -> tuple[int, str] | str:
+    state = Path(path) / "trainer_state.json"
+    if not state.is_file():
+        return f"checkpoint not found: {path} (no trainer_state.json)"
+    return int(json.loads(state.read_text()).get("global_step", 0)), str(path)
 
 
 class ProgressLog:

@@ -144,7 +144,7 @@ def build_lm(out: Path, lines: list[str], seed: int) -> None:
 
 def build_bert(out: Path, lines: list[str], seed: int) -> None:
     import torch
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
 
     # The vocabulary is built here, not by WordPieceTrainer, whose token order varies from
