@@ -413,3 +413,27 @@ def test_local_two_processes_get_ranks(tmp_path, monkeypatch):
     assert len({r["MASTER_PORT"] for r in ranks}) == 1
     assert {r["PROBE"] for r in ranks} == {"yes"}
     assert len(sub.logs()) == 2
+
+
+# ---------------------------------------------------------------------------- options shared with render
+def test_spec_from_args_is_the_cli_spec():
+    from slurmgen.submit import spec_from_args
+
+    spec = spec_from_args(["--nodes", "4", "--gpus", "1,1,2,2", "--offline", "--env", "HF_HUB_OFFLINE=0",
+                           "--nccl-debug", "info", "--", "--output_dir", "run"])
+    assert spec.gpus == (1, 1, 2, 2)
+    assert spec.train_args == ("--output_dir", "run")
+    env = dict(submission.rank_environment(spec))
+    assert env["HF_HUB_OFFLINE"] == "0"  # the user's --env wins over --offline
+    assert env["HF_DATASETS_OFFLINE"] == "1"
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert submission.make_task(spec).env == submission.rank_environment(spec)
+    with pytest.raises(SpecError, match="--launcher accelerate"):
+        spec_from_args(["--gpus", "2", "--launcher", "accelerate"])
+
+
+def test_container_flags_go_to_srun():
+    spec = JobSpec(gpus=(2,), container_image="nvcr.io/nvidia/pytorch:24.01-py3",
+                   container_mounts="/data:/data")
+    assert submission.slurm_parameters(spec)["srun_args"][-2:] == [
+        "--container-image=nvcr.io/nvidia/pytorch:24.01-py3", "--container-mounts=/data:/data"]
