@@ -195,3 +195,19 @@ def test_hub_dataset_offline(tiny, tmp_path, clean_env, capsys):
     argv[argv.index("--dataset") + 1] = "imdb"
     line = run_in_process("train.ddp_loop", argv, capsys)
     assert line.startswith("error: dataset not found: imdb (")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("module, argv, message", [
+    ("train.ddp_loop", ["--dataset", "x"],
+     "error: the following arguments are required: --model_name_or_path, --output_dir"),
+    ("train.sft", ["--max_steps", "abc"], "error: argument --max_steps/--max-steps: invalid int value: 'abc'"),
+    ("train.classify", ["--bogus", "1"],
+     "error: Some specified arguments are not used by the HfArgumentParser: ['--bogus', '1']"),
+])
+def test_parser_errors_are_one_line(module, argv, message, clean_env, capsys):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        entry(module)(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == message

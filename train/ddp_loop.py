@@ -49,6 +49,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--logging_steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
+    runtime.one_line_parser_errors(p)
     args = p.parse_args(argv)
     for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
         if getattr(args, name) <= 0:

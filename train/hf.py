@@ -54,8 +54,10 @@ def count_tokens_by_default(args, argv: list[str]) -> None:
         args.include_num_input_tokens_seen = "non_padding"
 
 
-def parse_or_usage_error(parse):
-    """HF parsers raise ValueError for unknown or invalid arguments: report them in one line."""
+def parse_or_usage_error(parser, parse):
+    """Parse with one-line errors: HF parsers raise ValueError for unknown or invalid
+    arguments (and argparse would print its whole usage text)."""
+    runtime.one_line_parser_errors(parser)
     try:
         return parse()
     except ValueError as exc:

@@ -41,6 +41,15 @@ def cli_errors() -> Iterator[None]:
         raise SystemExit(2) from None
 
 
+def one_line_parser_errors(parser) -> None:
+    """argparse prints its whole usage text on a bad argument; report the one line instead."""
+
+    def error(message: str):
+        raise UsageError(message)
+
+    parser.error = error
+
+
 # Arguments from older transformers/TRL releases (as in the seed scripts) mapped to what
 # replaced them. Checked before parsing so users get the new name, not a parser trace.
 RENAMED_ARGS = {
@@ -470,4 +479,8 @@ def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -
     """Common wrapper of every ``main(argv)``: one-line errors, argv default."""
     args = list(sys.argv[1:] if argv is None else argv)
     with cli_errors():
-        return body(args)
+        result = body(args)
+    # Trainer leaves the process group open; torch threads torn down at interpreter exit
+    # can then abort a process that has succeeded (and srun fails the job).
+    destroy_process_group()
+    return result
