@@ -16,6 +16,7 @@ accounting); results from submitit's per-task result pickles. No torch here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -277,11 +278,33 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
     executor = _executor(spec, folder_path, local)
     submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:
-        job = executor.submit(make_task(spec, local))
+        with _own_session(local):
+            job = executor.submit(make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
         raise SubmitError(_first_meaningful_line(str(err))) from None
     return Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local,
                       submitted_at)
+
+
+@contextlib.contextmanager
+def _own_session(local: bool):
+    """Start the local executor's controller in its own session: a Ctrl-C at the terminal then
+    reaches only this process, which asks before cancelling (Submission.cancel)."""
+    if not local:
+        yield
+        return
+    import functools
+    import types
+
+    from submitit.local import local as local_module
+
+    real = local_module.subprocess
+    local_module.subprocess = types.SimpleNamespace(
+        Popen=functools.partial(real.Popen, start_new_session=True))
+    try:
+        yield
+    finally:
+        local_module.subprocess = real
 
 
 def _first_meaningful_line(text: str) -> str:
