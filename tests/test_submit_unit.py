@@ -437,3 +437,15 @@ def test_container_flags_go_to_srun():
                    container_mounts="/data:/data")
     assert submission.slurm_parameters(spec)["srun_args"][-2:] == [
         "--container-image=nvcr.io/nvidia/pytorch:24.01-py3", "--container-mounts=/data:/data"]
+
+
+def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
+    code = ("import sys\n"
+            "from slurmgen import submit, submission, task\n"
+            "from slurmgen.spec import JobSpec\n"
+            "submission.make_task(JobSpec(gpus=(1, 1, 2, 2)))\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'trl', 'datasets'})\n"
+            "print('heavy:', heavy, 'train' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.stdout.strip() == "heavy: [] False", result.stderr
