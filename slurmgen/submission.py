@@ -153,7 +153,7 @@ def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
         port = free_port()
     return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
                      master_port=port, collective_timeout=spec.collective_timeout,
-                     grace=spec.grace, threads=spec.cpus_per_gpu)
+                     grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range))
 
 
 def free_port() -> int:

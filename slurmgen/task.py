@@ -48,8 +48,16 @@ def local_rank_env(env: MutableMapping[str, str], master_port: int) -> None:
                MASTER_ADDR=LOCAL_MASTER_ADDR, MASTER_PORT=str(master_port))
 
 
+def derived_port(job_id: str, port_range: tuple) -> int:
+    """The port every task of a job derives alike, as rendered scripts do: LOW + id % span."""
+    low, high = port_range
+    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
+    return low + int(digits) % (high - low + 1)
+
+
 def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[int],
-                    collective_timeout: Optional[int], threads: Optional[int] = None) -> None:
+                    collective_timeout: Optional[int], threads: Optional[int] = None,
+                    port_range: tuple = (20000, 29999)) -> None:
     """Everything a task sets before the rank helper reads the environment (pure on `env`)."""
     for name in RANK_VARS:
         env.pop(name, None)
@@ -60,8 +68,8 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
         env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
     if env.get("SUBMITIT_EXECUTOR") == "local":
         local_rank_env(env, master_port or 29500)
-    elif master_port:
-        env["MASTER_PORT"] = str(master_port)  # distenv derives it from the job id otherwise
+    else:  # a requeued job keeps its id, hence its port
+        env["MASTER_PORT"] = str(master_port or derived_port(job_id_of(env), port_range))
 
 
 def job_id_of(env) -> str:
@@ -148,14 +156,16 @@ class TrainTask:
     target: tuple  # ("module", "train.sft") or ("script", "/abs/train.py")
     train_args: tuple = ()
     env: tuple = ()  # (KEY, VALUE) pairs for every rank
-    master_port: Optional[int] = None  # None: derived from the Slurm job id by train.distenv
+    master_port: Optional[int] = None  # None: derived from the job id (Slurm), free port (local)
     collective_timeout: Optional[int] = None
     grace: int = 180
     threads: Optional[int] = None  # OMP_NUM_THREADS unless set: the CPUs per GPU
+    port_range: tuple = (20000, 29999)  # for the port derived from the job id
 
     def __call__(self) -> Optional[dict]:
         environ = os.environ
-        prepare_environ(environ, self.env, self.master_port, self.collective_timeout, self.threads)
+        prepare_environ(environ, self.env, self.master_port, self.collective_timeout, self.threads,
+                        self.port_range)
         from train.distenv import DistEnv  # lazily: the submitting side never needs it
 
         denv = DistEnv.from_environ(environ)

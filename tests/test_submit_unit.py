@@ -155,6 +155,14 @@ def test_master_port_option_reaches_slurm_tasks():
     assert DistEnv.from_environ(env).master_port == 23456
 
 
+def test_port_derived_from_job_id_within_port_range_as_in_render():
+    from train.distenv import DistEnv
+
+    env = slurm_task_env(0, 0, 0)  # job 1234
+    task.prepare_environ(env, (), None, None, port_range=(30000, 30099))
+    assert DistEnv.from_environ(env).master_port == 30034
+
+
 def test_local_executor_environment_gives_ranks():
     from train.distenv import DistEnv
 
