@@ -57,5 +57,5 @@ def test_ddp_loop_slurm_tasks_uneven(tiny, tmp_path, hf_cache):
     out, digests = tmp_path / "run", tmp_path / "digests"
     env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
     assert_ok(run_slurm_tasks("train.ddp_loop", ddp_args(tiny, out, batch=4), [[1, 2]], env))
-    check_run(out, world=3)
+    assert check_run(out, world=3)["local_world_sizes"] == [1, 2, 2]
     assert_same_params(digests, 3)

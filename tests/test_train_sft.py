@@ -30,6 +30,7 @@ def check_run(out, metrics, world, steps=10, checkpoints=(5, 10)):
     assert m["samples_per_second"] > 0 and m["tokens_per_second"] > 0
     assert m["train_loss"] > 0
     assert_single_writer(out, steps_logged=steps, checkpoints=list(checkpoints))
+    return m
     lines = progress_lines(out)
     assert [ln["step"] for ln in lines] == list(range(1, steps + 1))
     assert all(ln["max_steps"] == steps for ln in lines)
@@ -98,7 +99,7 @@ def test_sft_uneven_nodes(tiny, tmp_path, hf_cache):
     out, digests = tmp_path / "run", tmp_path / "digests"
     env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
     assert_ok(run_uneven("train.sft", sft_args(tiny, out), [1, 2], env))
-    check_run(out, None, world=3)
+    assert check_run(out, None, world=3)["local_world_sizes"] == [1, 2, 2]
     assert_same_params(digests, 3)
 
 
@@ -110,5 +111,5 @@ def test_sft_het_slurm_tasks(tiny, tmp_path, hf_cache):
     out, digests = tmp_path / "run", tmp_path / "digests"
     env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(digests))
     assert_ok(run_slurm_tasks("train.sft", sft_args(tiny, out), [[1], [2]], env))
-    check_run(out, None, world=3)
+    assert check_run(out, None, world=3)["local_world_sizes"] == [1, 2, 2]
     assert_same_params(digests, 3)

@@ -295,7 +295,7 @@ def stop_requested(is_main: bool) -> bool:
     return bool(flag.item())
 
 
-def rank_report(data_prep_seconds: float | None) -> dict[str, Any]:
+def rank_report(denv: DistEnv, data_prep_seconds: float | None) -> dict[str, Any]:
     """What every rank contributes to metrics.json, gathered in one collective."""
     import resource
 
@@ -305,6 +305,7 @@ def rank_report(data_prep_seconds: float | None) -> dict[str, Any]:
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_mb": None,
         "prep": data_prep_seconds,
+        "local_world_size": denv.local_world_size,
     }
     if "torch" in sys.modules:
         import torch
@@ -320,6 +321,7 @@ def rank_report(data_prep_seconds: float | None) -> dict[str, Any]:
     preps = [r["prep"] for r in everyone if r["prep"] is not None]
     report = {
         "ranks_per_host": dict(sorted(Counter(r["host"] for r in everyone).items())),
+        "local_world_sizes": [r["local_world_size"] for r in everyone],
         "peak_rss_mb_per_rank": [round(r["rss_mb"], 1) for r in everyone],
         # The job waits for its slowest rank.
         "data_prep_seconds": max(preps) if preps else None,
@@ -440,7 +442,7 @@ def finish(
         "train_runtime": elapsed,
         "resumed_from_step": resumed_from_step,
         "stopped_early": stopped_early,
-        **rank_report(data_prep_seconds),
+        **rank_report(denv, data_prep_seconds),
     }
     if extra:
         metrics.update(extra)
