@@ -142,6 +142,13 @@ def submit_command(folder, detach, local, interval, **params):
         check_submittable(spec)
     except SpecError as err:
         fail(str(err))
+    if spec.offline:  # as `render --offline` does: fill the shared cache here, ranks read it offline
+        from slurmgen.prefetch import PrefetchError, prefetch
+
+        try:
+            prefetch(spec, log=lambda line: click.echo(line, err=True))
+        except PrefetchError as err:
+            fail(str(err), JOB_FAILED)
     try:
         sub = submit_job(spec, folder, local=local)
     except SubmitError as err:

@@ -457,3 +457,14 @@ def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.stdout.strip() == "heavy: [] False", result.stderr
+
+
+def test_offline_prefetches_like_render(monkeypatch):
+    from slurmgen import prefetch
+
+    fetched = []
+    monkeypatch.setattr(prefetch, "prefetch", lambda spec, log: fetched.append(spec.train_args))
+    result = run_cli(monkeypatch, StubSubmission(result={}),
+                     args=("--detach", "--offline", "--", "--model_name_or_path", "org/model"))
+    assert result.exit_code == 0, result.output
+    assert fetched == [("--model_name_or_path", "org/model")]
