@@ -1,0 +1,382 @@
+"""Fault tolerance on the real four-node cluster (GPUs 1,1,2,2): issue 6, end to end.
+
+Each test runs real jobs rendered by `slurmgen render`, with real srun and torchrun:
+
+* time limit: `--time 2 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
+  rank checkpoint, the script requeues the job, the next run resumes and finishes (train.sft);
+* preemption stand-in: `scancel --signal=USR2 --batch JOB` by hand mid-run, same result;
+* a rank killed with SIGKILL mid-run: the job ends FAILED within 60 s, not requeued, the log
+  names the failing component and node, and no rank of the job is left running;
+* a kill during checkpoint saving: rank 0 is killed the moment the second checkpoint directory
+  appears (inotify); the rerun sets the half-written one aside (and a planted newer, corrupt
+  one) and resumes from the previous complete checkpoint;
+* ports: two jobs sharing both their nodes (node3, node4) at the same time, each with the
+  MASTER_PORT derived from its job id, both complete.
+
+A requeued job waits ~120 s for eligibility and, on an idle cluster, for the backfill scheduler
+to look again: the tests nudge it (`slurm_helpers.nudge`) as soon as it is PENDING with
+Restarts >= 1. The generated script does not depend on the nudge.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_helpers
+from tests.e2e.conftest import REPO, JobRun, render_and_submit, sft_args
+
+UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
+LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
+TAG_ENV = "SLURMGEN_TEST_TAG"
+
+
+# ---------------------------------------------------------------------------- helpers
+def ddp_args(assets, workdir: Path, steps: int, save_steps: int | None = None):
+    return ["--model_name_or_path", str(assets / "lm"), "--dataset", str(assets / "data" / "text.jsonl"),
+            "--output_dir", str(workdir / "run"), "--max_steps", str(steps),
+            "--save_steps", str(save_steps or steps), "--batch_size", "4", "--lr", "3e-3"]
+
+
+def tagged(args):
+    """Render options plus a unique environment tag that finds this job's processes in /proc."""
+    tag = uuid.uuid4().hex
+    return [*args, "--env", f"{TAG_ENV}={tag}"], tag
+
+
+def job_log(workdir: Path, job_id: str) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((workdir / "logs").glob(f"*-{job_id}.out")))
+
+
+def progress_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "progress.jsonl"
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            steps.append(json.loads(line)["step"])
+    return steps
+
+
+def progress_times(run_dir: Path) -> tuple[float, float]:
+    times = [json.loads(l)["time"] for l in (run_dir / "progress.jsonl").read_text().splitlines() if l.strip()]
+    return min(times), max(times)
+
+
+def wait_progress(job_id: str, run_dir: Path, steps: int, timeout: float = 180) -> None:
+    """Until rank 0 has logged at least ``steps`` steps; fails at once if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while len(progress_steps(run_dir)) < steps:
+        info = slurm_helpers.job_info(job_id)
+        if slurm_helpers.is_finished(info):
+            pytest.fail(f"job {job_id} ended ({info['JobState']}) before step {steps}:\n"
+                        f"{job_log(run_dir.parent, job_id)[-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job_id}: fewer than {steps} steps after {timeout:g} s")
+        time.sleep(0.3)
+
+
+def slurm_time(text: str) -> float:
+    """Seconds since the epoch for a Slurm timestamp (local time, as scontrol prints it)."""
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+# slurmd refuses a credential issued in the same second as the job's requeue ("Job credential
+# revoked": the job then FAILS), which is why Slurm holds a requeued job for ~120 s. A nudge a
+# few seconds after the requeue (SubmitTime is reset to it) is safe.
+NUDGE_AFTER = 3
+
+
+def wait_with_nudges(job_id: str, timeout: float) -> dict:
+    """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1)."""
+    deadline = time.monotonic() + timeout
+    last_nudge = 0.0
+    while True:
+        try:
+            info = slurm_helpers.job_info(job_id)
+        except (LookupError, subprocess.TimeoutExpired):
+            info = None
+        if info is not None:
+            if slurm_helpers.is_finished(info):
+                return slurm_helpers.wait_job(job_id, timeout=10)
+            pending = any(c.get("JobState") == "PENDING" for c in info["components"])
+            if (pending and int(info.get("Restarts", "0") or 0) >= 1 and time.monotonic() - last_nudge > 2
+                    and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER):
+                slurm_helpers.nudge(job_id)
+                last_nudge = time.monotonic()
+        if time.monotonic() > deadline:
+            slurm_helpers.cancel(job_id)
+            raise TimeoutError(f"job {job_id} not finished after {timeout:g} s:\n"
+                               f"{slurm_helpers.show_job_text(job_id)}")
+        time.sleep(0.5)
+
+
+def tagged_workers(tag: str) -> dict[int, dict[str, str]]:
+    """Training processes (not torchrun agents) of the job with ``tag``: pid -> environment.
+
+    All nodes of the local cluster share one PID namespace, so /proc shows every rank."""
+    found = {}
+    needle = f"{TAG_ENV}={tag}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        # python [-u] -m train.X: not torchrun, srun or bash, whose command lines hold it too
+        if needle not in env or b"-m" not in argv[1:3] or b"python" not in os.path.basename(argv[0]):
+            continue
+        if not argv[argv.index(b"-m") + 1].startswith(b"train."):
+            continue
+        found[int(entry)] = dict(kv.decode(errors="replace").split("=", 1) for kv in env if b"=" in kv)
+    return found
+
+
+def worker_with_rank(tag: str, rank: int, timeout: float = 30) -> tuple[int, dict[str, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid, env in tagged_workers(tag).items():
+            if env.get("RANK") == str(rank):
+                return pid, env
+        if time.monotonic() > deadline:
+            pytest.fail(f"no training process with RANK={rank} for tag {tag}")
+        time.sleep(0.2)
+
+
+def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3) -> list[int]:
+    """The contract of a job stopped by the warning: checkpoint at the stop step, requeue with
+    the restart count in the log, resume from exactly that step, finish every step once.
+    Returns the steps at which the runs stopped."""
+    assert job.state == "COMPLETED", job.log
+    assert job.info["ExitCode"] == "0:0", job.log
+    log = job.log
+    restarts = int(job.info["Restarts"])
+    assert restarts >= 1, f"never requeued:\n{log}"
+    for r in range(restarts + 1):
+        assert f"slurmgen: job {job.job_id} (restart {r} of at most {max_restarts})" in log, log
+    for r in range(1, restarts + 1):
+        assert f"requeueing job {job.job_id} (restart {r} of at most {max_restarts})" in log, log
+    assert log.count("time limit or preemption warning: asking every rank to checkpoint") == restarts, log
+    saved = [int(s) for s in re.findall(r"stop requested, saved checkpoint at step (\d+)", log)]
+    resumed = [(Path(p), int(s)) for p, s in re.findall(r"resuming from (\S+) at step (\d+)", log)]
+    assert len(saved) == restarts, log
+    # Each run resumes from the very checkpoint the previous run saved at the warning.
+    assert [s for _, s in resumed] == saved, log
+    assert [p.name for p, _ in resumed] == [f"checkpoint-{s}" for s in saved], log
+    for path, step in resumed:
+        assert (path / "slurmgen_complete").is_file()
+    assert 0 < saved[0] and saved == sorted(set(saved)) and saved[-1] < steps, saved
+    metrics = job.metrics()
+    assert metrics["global_step"] == steps
+    assert metrics["resumed_from_step"] == saved[-1]
+    assert metrics["stopped_early"] is False
+    assert metrics["world_size"] == 6 and metrics["ranks_per_host"] == LAYOUT
+    # Every step trained exactly once over all runs: nothing repeated after a resume (the stop
+    # checkpoint is taken at the warning, so not even a checkpoint interval is lost).
+    assert progress_steps(job.workdir / "run") == list(range(1, steps + 1))
+    assert "Traceback" not in log, log
+    return saved
+
+
+# --------------------------------------------------------------------------- inotify
+_IN_CREATE, _IN_MOVED_TO, _IN_ISDIR = 0x100, 0x80, 0x40000000
+_EVENT = struct.Struct("iIII")
+
+
+class DirWatch:
+    """Names created in (or moved into) one directory, as they happen (Linux inotify)."""
+
+    def __init__(self, path: Path):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if self.libc.inotify_add_watch(self.fd, str(path).encode(), _IN_CREATE | _IN_MOVED_TO) < 0:
+            raise OSError(ctypes.get_errno(), f"inotify_add_watch {path}")
+
+    def wait_for(self, name: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], min(1.0, deadline - time.monotonic()))
+            if not ready:
+                continue
+            data = os.read(self.fd, 65536)
+            offset = 0
+            while offset < len(data):
+                _, _, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size
+                created = data[offset:offset + length].rstrip(b"\0").decode()
+                offset += length
+                if created == name:
+                    return True
+        return False
+
+    def close(self):
+        os.close(self.fd)
+
+
+# ----------------------------------------------------------------------------- tests
+@pytest.mark.timeout(600)
+def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
+    """Slurm's own time-limit warning (--time 2, --grace 60): train.sft on 1,1,2,2 checkpoints at
+    the warning, the script requeues, the next run resumes at that step and finishes."""
+    steps = 60
+    start = time.monotonic()
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--time", "2", "--grace", "60"],
+                               sft_args(assets, tmp_path, steps=steps), wait=False)
+    info = wait_with_nudges(job_id, timeout=540)
+    job = JobRun(job_id, info, tmp_path)
+    saved = assert_stopped_and_resumed(job, steps)
+    print(f"time limit: job {job_id} stopped at {saved}, restarts {info['Restarts']}, "
+          f"{time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.timeout(400)
+def test_preemption_signal_by_hand(cluster, assets, tmp_path):
+    """`scancel --signal=USR2 --batch JOB` mid-run: the same checkpoint, requeue and resume."""
+    steps = 30
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
+                               ddp_args(assets, tmp_path, steps, save_steps=10), wait=False)
+    wait_progress(job_id, tmp_path / "run", 5)
+    subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
+    info = wait_with_nudges(job_id, timeout=300)
+    job = JobRun(job_id, info, tmp_path)
+    saved = assert_stopped_and_resumed(job, steps)
+    assert int(info["Restarts"]) == 1 and 5 <= saved[0] < steps
+
+
+@pytest.mark.timeout(300)
+def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
+    """SIGKILL to global rank 3 (node3) mid-run: FAILED within 60 s, not requeued, the log names
+    the failing component and node, and no rank of the job survives."""
+    args, tag = tagged([*UNEVEN, "--module", "train.ddp_loop"])
+    job_id = render_and_submit(tmp_path, args, ddp_args(assets, tmp_path, 5000), wait=False)
+    try:
+        wait_progress(job_id, tmp_path / "run", 3)
+        pid, env = worker_with_rank(tag, 3)
+        node = env["SLURMD_NODENAME"]
+        assert len(tagged_workers(tag)) == 6
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        info = slurm_helpers.wait_job(job_id, timeout=120, poll=0.25)
+        elapsed = time.monotonic() - killed
+    finally:
+        slurm_helpers.cancel(job_id)
+    log = job_log(tmp_path, job_id)
+    assert info["State"] == "FAILED", log
+    assert info["ExitCode"] != "0:0"
+    assert elapsed < 60, f"job ended {elapsed:.0f} s after the kill"
+    assert info["Restarts"] == "0", "a failed job must not be requeued"
+    assert "requeueing" not in log
+    # slurmgen names the component; srun and torchrun name the node and the rank.
+    assert "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status" in log, log
+    assert re.search(rf"srun: error: {node}: task \d+: Exited with exit code [1-9]", log), log
+    assert re.search(rf"host\s*: {node}\s+rank\s*: 3 ", log), log
+    # Nothing of the job keeps running (the other five ranks were stopped, not orphaned).
+    deadline = time.monotonic() + 15
+    while tagged_workers(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not tagged_workers(tag)
+    print(f"killed rank 3 on {node}: job {job_id} FAILED {elapsed:.1f} s later")
+
+
+@pytest.mark.timeout(400)
+def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_path):
+    """train.sft (HF writes checkpoint-N in place): rank 0 is SIGKILLed the moment checkpoint-8
+    appears, so it is left half written. A planted newer, corrupt checkpoint-10 joins it. The
+    rerun sets both aside and resumes from checkpoint-4, the newest complete one."""
+    steps, every = 12, 4
+    run = tmp_path / "run"
+    run.mkdir()
+    watch = DirWatch(run)
+    args, tag = tagged(UNEVEN)
+    train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every)
+    job_id = render_and_submit(tmp_path, args, train_args, wait=False)
+    try:
+        wait_progress(job_id, run, 1)
+        rank0, _ = worker_with_rank(tag, 0)
+        assert watch.wait_for(f"checkpoint-{2 * every}", timeout=180), "checkpoint-8 never appeared"
+        os.kill(rank0, signal.SIGKILL)
+        info = slurm_helpers.wait_job(job_id, timeout=120)
+    finally:
+        watch.close()
+        slurm_helpers.cancel(job_id)
+    first_log = job_log(tmp_path, job_id)
+    assert info["State"] == "FAILED", first_log
+    assert info["Restarts"] == "0"
+    assert (run / "checkpoint-4" / "slurmgen_complete").is_file()
+    half = run / "checkpoint-8"
+    assert half.is_dir() and not (half / "slurmgen_complete").exists(), \
+        f"the kill did not land during the save: {sorted(p.name for p in half.iterdir())}"
+    # A newer directory that looks like a checkpoint but is garbage: resume must not touch it.
+    planted = run / "checkpoint-10"
+    planted.mkdir()
+    (planted / "trainer_state.json").write_text('{"global_step": 10, "log_hist')
+    (planted / "model.safetensors").write_bytes(b"\0" * 100)
+    progress_before = progress_steps(run)
+
+    rerun = render_and_submit(tmp_path, args, train_args, timeout=300)
+    log = job_log(tmp_path, rerun.job_id)
+    assert rerun.state == "COMPLETED", log
+    assert f"incomplete checkpoint set aside: {run / 'incomplete-checkpoint-8'}" in log, log
+    assert f"incomplete checkpoint set aside: {run / 'incomplete-checkpoint-10'}" in log, log
+    assert f"resuming from {run / 'checkpoint-4'} at step 4" in log, log
+    assert "Traceback" not in log, log
+    metrics = rerun.metrics()
+    assert metrics["resumed_from_step"] == 4 and metrics["global_step"] == steps
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-12", "checkpoint-4", "checkpoint-8"]
+    assert all((run / f"checkpoint-{s}" / "slurmgen_complete").is_file() for s in (4, 8, 12))
+    # Steps 5..8 ran twice (once before the kill, once after the resume): never more than one
+    # checkpoint interval; the rerun logged exactly steps 5..12.
+    assert progress_before[:4] == [1, 2, 3, 4] and max(progress_before) <= 2 * every
+    assert progress_steps(run)[len(progress_before):] == list(range(every + 1, steps + 1))
+
+
+@pytest.mark.timeout(300)
+def test_two_jobs_sharing_nodes_use_different_ports(cluster, assets, tmp_path):
+    """Two jobs at once on the same two nodes (node3 and node4 have 2 GPUs each; one GPU per
+    job per node), both with their rendezvous on node3: the derived ports differ, both train at
+    the same time and both complete. (Two 1,1,2,2 jobs cannot run at once on a 1,1,2,2 cluster:
+    node1 and node2 have one GPU each.)"""
+    shared = ["--nodes", "2", "--gpus", "1", "--nodelist", "node3,node4", "--module", "train.ddp_loop"]
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    ids = []
+    for d in dirs:
+        d.mkdir()
+        ids.append(render_and_submit(d, shared, ddp_args(assets, d, 40), wait=False))
+    try:
+        infos = [slurm_helpers.wait_job(j, timeout=240) for j in ids]
+    finally:
+        for j in ids:
+            slurm_helpers.cancel(j)
+    ports = []
+    for job_id, info, d in zip(ids, infos, dirs):
+        log = job_log(d, job_id)
+        assert info["State"] == "COMPLETED", log
+        assert info["NodeList"] == "node[3-4]"
+        port = int(re.search(r"master node3:(\d+)", log).group(1))
+        assert port == 20000 + int(job_id) % 10000
+        ports.append(port)
+        metrics = json.loads((d / "run" / "metrics.json").read_text())
+        assert metrics["world_size"] == 2 and metrics["ranks_per_host"] == {"node3": 1, "node4": 1}
+        assert metrics["global_step"] == 40
+    assert ports[0] != ports[1]
+    # Both trained at the same time (not one after the other): their step logs overlap.
+    (a0, a1), (b0, b1) = (progress_times(d / "run") for d in dirs)
+    assert max(a0, b0) < min(a1, b1), f"no overlap: {a0:.0f}-{a1:.0f} vs {b0:.0f}-{b1:.0f}"
+    print(f"ports {ports}: training overlapped {min(a1, b1) - max(a0, b0):.0f} s")
