@@ -31,7 +31,6 @@ from slurmgen import watch
 from slurmgen.spec import JobSpec, SpecError
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
-DEFAULT_FOLDER = "logs/submitit"
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
 # long "limit" keeps submitit from counting a preemption as a time-out.
 NO_LIMIT_MINUTES = 365 * 24 * 60
@@ -72,6 +71,7 @@ class Status(NamedTuple):
     state: str  # Slurm's JobState (PENDING, RUNNING, COMPLETED, FAILED, ...)
     restarts: str  # how often Slurm requeued it
     progress: Optional[dict]  # newest line of rank 0's progress.jsonl
+    reason: str = ""  # why it is pending (Resources, Priority, PartitionNodeLimit, ...)
 
 
 # ---------------------------------------------------------------------------- pure parts
@@ -360,8 +360,8 @@ class Submission:
 
     # ------------------------------------------------------------------ state
     def status(self) -> Status:
-        state, restarts = self._scheduler_state()
-        return Status(state, restarts, watch.last_progress(self.output_dir))
+        state, restarts, reason = self._scheduler_state()
+        return Status(state, restarts, watch.last_progress(self.output_dir), reason)
 
     def state(self) -> str:
         return self._scheduler_state()[0]
@@ -369,13 +369,15 @@ class Submission:
     def done(self) -> bool:
         return self.state() in watch.TERMINAL
 
-    def _scheduler_state(self) -> tuple[str, str]:
+    def _scheduler_state(self) -> tuple[str, str, str]:
         if self.local:
-            return self._local_state(), "0"
+            return self._local_state(), "0", ""
         records = watch.job_records(self.job_id)
         if not records:  # scontrol has forgotten it (MinJobAge): judge from the results
-            return self._state_from_results("UNKNOWN"), "0"
-        return watch.overall_state(records), records[0].get("Restarts", "0")
+            return self._state_from_results("UNKNOWN"), "0", ""
+        state = watch.overall_state(records)
+        reason = records[0].get("Reason", "") if state == "PENDING" else ""
+        return state, records[0].get("Restarts", "0"), "" if reason == "None" else reason
 
     def _local_state(self) -> str:
         raw = self._job.state  # RUNNING, FINISHED, INTERRUPTED (submitit's local names)

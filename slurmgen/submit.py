@@ -51,6 +51,8 @@ class ProgressPrinter:
         from slurmgen.watch import progress_line
 
         line = progress_line(status.state, status.progress, status.restarts)
+        if status.reason:  # e.g. PartitionNodeLimit: this job will not start as asked
+            line += f" (waiting: {status.reason})"
         if self.live:
             self.out.write("\r" + line.ljust(100))
             self.drawn = True

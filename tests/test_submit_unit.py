@@ -468,3 +468,13 @@ def test_offline_prefetches_like_render(monkeypatch):
                      args=("--detach", "--offline", "--", "--model_name_or_path", "org/model"))
     assert result.exit_code == 0, result.output
     assert fetched == [("--model_name_or_path", "org/model")]
+
+
+def test_pending_reason_is_shown(monkeypatch):
+    class Pending(StubSubmission):
+        def wait(self, progress=None, interval=1.0):
+            progress(submission.Status("PENDING", "0", None, "PartitionNodeLimit"))
+            return super().wait(progress, interval)
+
+    result = run_cli(monkeypatch, Pending(result={}))
+    assert "[PENDING   ] (waiting: PartitionNodeLimit)" in result.stdout.splitlines()
