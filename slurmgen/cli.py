@@ -9,19 +9,11 @@ import sys
 import click
 
 from slurmgen import __version__
+from slurmgen.errors import OneLineErrors, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import render
 from slurmgen.spec import SpecError
-
-USAGE_ERROR = 2
-
-
-def fail(message: str, status: int = USAGE_ERROR):
-    """One line on stderr, no traceback."""
-    click.echo(f"slurmgen: error: {message}", err=True)
-    sys.exit(status)
-
 
 def _check_output_path(output: str) -> None:
     if output == "-":
@@ -52,22 +44,11 @@ def invoked_command() -> str:
     return shlex.join(["slurmgen", *sys.argv[1:]])
 
 
-class OneLineErrors(click.Group):
-    """Bad input gets one line and exit status 2, not click's usage block or a traceback."""
-
-    def main(self, args=None, prog_name=None, **extra):
-        extra.pop("standalone_mode", None)
-        try:
-            return super().main(args, prog_name, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            fail("aborted", 130)
-        except click.ClickException as err:
-            fail(err.format_message(), USAGE_ERROR)
-        except click.exceptions.Exit as exit_:
-            sys.exit(exit_.exit_code)
+class OneLineGroup(OneLineErrors, click.Group):
+    """The `slurmgen` group; bad input is one line and exit status 2."""
 
 
-@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurmgen")
 def cli():
     """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included."""

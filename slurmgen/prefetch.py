@@ -4,6 +4,7 @@ login node, into the shared cache (--hf-home) that every compute node then reads
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from slurmgen.spec import JobSpec
@@ -16,16 +17,24 @@ class PrefetchError(RuntimeError):
     pass
 
 
+# A hub id is NAME or OWNER/NAME; anything else (./x, /x, ~/x, a/b/c) is meant as a local path.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?\Z")
+
+
 def hub_names(train_args) -> list[tuple[str, str]]:
-    """(repo type, repo id) for hub names in the arguments; local paths need no fetching."""
+    """(repo type, repo id) for hub names in the arguments; existing local paths need no fetching,
+    and a missing local path is an error rather than something to look for on the hub."""
     found = []
     args = list(train_args)
     for i, arg in enumerate(args):
         key, sep, value = arg.partition("=")
         if key in HUB_ARGUMENTS:
             value = value if sep else (args[i + 1] if i + 1 < len(args) else "")
-            if value and not os.path.exists(value):
-                found.append((HUB_ARGUMENTS[key], value))
+            if not value or os.path.exists(value):
+                continue
+            if not _HUB_ID.match(value):
+                raise PrefetchError(f"{key} {value!r}: no such local path, and not a hub name (OWNER/NAME)")
+            found.append((HUB_ARGUMENTS[key], value))
     return found
 
 

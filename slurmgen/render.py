@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import shlex
 from pathlib import Path
 
 import jinja2
 
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
+from slurmgen.spec import rank_exports
 
 
 def template_dir() -> Path:
@@ -111,21 +111,6 @@ def _container_flags(spec) -> str:
     return "".join(flag + " " for flag in flags)
 
 
-def _exports(spec) -> list[tuple[str, str]]:
-    """Variables slurmgen's own options set for every rank, before the user's --env."""
-    pairs = []
-    if spec.nccl_debug:
-        pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
-    if spec.nccl_socket_ifname:
-        pairs += [("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname),
-                  ("GLOO_SOCKET_IFNAME", spec.nccl_socket_ifname)]
-    if spec.hf_home:
-        pairs.append(("HF_HOME", spec.hf_home))
-    if spec.offline:
-        pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
-    return pairs
-
-
 def _component_name(comp) -> str:
     gpus = "GPU" if comp.gpus_per_node == 1 else "GPUs"
     return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} {gpus})"
@@ -160,7 +145,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "common_options": _common_options(spec),
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
-        "exports": _exports(spec),
+        "exports": rank_exports(spec),
         # Leave room inside the grace period for the requeue itself.
         "stop_wait": max(spec.grace - 15, 5),
     }

@@ -238,3 +238,19 @@ class JobSpec:
         if self.script is not None:
             return "script", self.script
         return "module", self.module
+
+
+def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
+    """Variables slurmgen's own options set for every rank (before the user's --env), shared by
+    rendered scripts and the submit path."""
+    pairs = []
+    if spec.nccl_debug:
+        pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
+    if spec.nccl_socket_ifname:
+        pairs += [("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname),
+                  ("GLOO_SOCKET_IFNAME", spec.nccl_socket_ifname)]
+    if spec.hf_home:
+        pairs.append(("HF_HOME", spec.hf_home))
+    if spec.offline:
+        pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
+    return pairs

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
 from slurmgen import watch
-from slurmgen.spec import JobSpec, SpecError
+from slurmgen.spec import JobSpec, SpecError, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
@@ -132,9 +132,7 @@ def container_flags(spec: JobSpec) -> list[str]:
 def rank_environment(spec: JobSpec) -> tuple:
     """(KEY, VALUE) pairs for every rank: those slurmgen's own options imply (--offline,
     --hf-home, --nccl-*; the same as in rendered scripts), then the user's --env, which wins."""
-    from slurmgen.render import _exports
-
-    return tuple(_exports(spec)) + tuple(spec.env)
+    return tuple(rank_exports(spec)) + tuple(spec.env)
 
 
 def local_parameters(spec: JobSpec) -> dict:

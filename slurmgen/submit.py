@@ -16,27 +16,15 @@ from typing import Optional
 
 import click
 
-from slurmgen.cli import USAGE_ERROR, fail
+from slurmgen.errors import INTERRUPTED, OneLineErrors, fail
 from slurmgen.options import job_options, spec_from_options
-from slurmgen.spec import SpecError
+from slurmgen.spec import JobSpec, SpecError
 
 JOB_FAILED = 1
-INTERRUPTED = 130
 
 
-class OneLineCommand(click.Command):
-    """Bad input: one line and exit status 2, exactly as slurmgen.cli.OneLineErrors does for render."""
-
-    def main(self, args=None, prog_name=None, **extra):
-        extra.pop("standalone_mode", None)
-        try:
-            return super().main(args, prog_name, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            fail("aborted", INTERRUPTED)
-        except click.ClickException as err:
-            fail(err.format_message(), USAGE_ERROR)
-        except click.exceptions.Exit as exit_:
-            sys.exit(exit_.exit_code)
+class OneLineCommand(OneLineErrors, click.Command):
+    """Bad input: one line and exit status 2, as for `slurmgen render`."""
 
 
 class ProgressPrinter:

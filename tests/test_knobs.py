@@ -49,3 +49,11 @@ def test_offline_fetch_failure_is_one_line_and_writes_nothing(render_args, tmp_p
     assert result.stderr.splitlines()[-1].startswith(
         "slurmgen: error: --offline: cannot fetch model 'someorg/some-model': ")
     assert not (tmp_path / "generated.sh").exists()
+
+
+def test_offline_missing_local_path_is_not_fetched(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--offline", "--", "--model_name_or_path", "./models/typo")
+    assert result.exit_code == 1
+    assert result.stderr == ("slurmgen: error: --model_name_or_path './models/typo': no such local path,"
+                             " and not a hub name (OWNER/NAME)\n")

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 SHIMS = Path(__file__).parent / "shims"
 

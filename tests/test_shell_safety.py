@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmgen.plan import materialize
-from slurmgen.render import render
+from slurmgen.render import render, shell_quote
 from slurmgen.spec import JobSpec
 
 EXAMPLES = int(os.environ.get("SLURMGEN_FUZZ_EXAMPLES", "2000"))
@@ -79,7 +79,8 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
         spec = JobSpec(
             gpus=(1,), job_name=job_name, log_dir=str(log_dir), preflight=False,
             env=(("FUZZ_VALUE", env_value),),
-            setup=(f"printf '%s' {shlex.quote(setup_arg)} > {shlex.quote(str(setup_out))}",),
+            # A setup line is the user's shell code; its argument quoted as slurmgen quotes values.
+            setup=(f"printf '%s' {shell_quote(setup_arg)} > {shell_quote(str(setup_out))}",),
             script=str(script_path), module=None, train_args=tuple(train_args),
         ).validate()
         text = render(materialize(spec), command=shlex.join(["slurmgen", "render", "--job-name", job_name]))

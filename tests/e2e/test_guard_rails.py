@@ -3,12 +3,11 @@ nodes differ, and an unruly job name reaching Slurm intact."""
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import BIN, REPO
+from tests.e2e.conftest import BIN
 
 SLURMGEN = str(BIN / "slurmgen")
 
