@@ -24,6 +24,9 @@ LOG_PREFIX = "slurmgen-train:"
 DEFAULT_COLLECTIVE_TIMEOUT = 600
 STOP_FILE_ENV = "SLURMGEN_STOP_FILE"
 DIGEST_DIR_ENV = "SLURMGEN_TEST_PARAM_DIGEST_DIR"
+# Test hook: seconds every rank pauses at each step boundary, so end-to-end tests of time limits
+# get steps of a known minimum length whatever the machine's load.
+STEP_SLEEP_ENV = "SLURMGEN_TEST_STEP_SLEEP"
 
 
 # ---------------------------------------------------------------------------- errors
@@ -283,6 +286,8 @@ def stop_requested(is_main: bool) -> bool:
 
     One 1-element all_reduce per call: cheap enough for every step.
     """
+    if os.environ.get(STEP_SLEEP_ENV):
+        time.sleep(float(os.environ[STEP_SLEEP_ENV]))
     path = os.environ.get(STOP_FILE_ENV)
     seen = bool(is_main and path and os.path.exists(path))
     dist = _dist()
@@ -485,4 +490,14 @@ def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -
     # Trainer leaves the process group open; torch threads torn down at interpreter exit
     # can then abort a process that has succeeded (and srun fails the job).
     destroy_process_group()
+    linger_on_store_host()
     return result
+
+
+def linger_on_store_host(seconds: float = 2.0) -> None:
+    """Under torchrun's static rendezvous the node-rank-0 agent hosts the store that every agent's
+    exit barrier waits on. If that agent leaves first, the others log "Error waiting on exit
+    barrier" with a C++ trace after a good run. Its workers leaving a moment after everyone
+    else's makes it arrive last and release the others before it closes the store."""
+    if os.environ.get("GROUP_RANK") == "0" and int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1:
+        time.sleep(seconds)
