@@ -206,6 +206,10 @@ class DirWatch:
         self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.add(path)
+
+    def add(self, path: Path) -> None:
+        """Watch one more directory (events from every watched directory count)."""
         if self.libc.inotify_add_watch(self.fd, str(path).encode(), _IN_CREATE | _IN_MOVED_TO) < 0:
             raise OSError(ctypes.get_errno(), f"inotify_add_watch {path}")
 
@@ -231,18 +235,29 @@ class DirWatch:
 
 
 # ----------------------------------------------------------------------------- tests
-@pytest.mark.timeout(600)
+# Slurm checks time limits every 30 s and sends the warning early rather than late: it arrives
+# GRACE to GRACE + 30 s before the limit, here 120 to 150 s after the start. train.sft reaches
+# its first step 15 to 35 s after the start, so the first run trains 85 to 135 s. Steps of at
+# least 1.6 s (1.5 s pause plus compute) make 85 steps last over 135 s: the first run cannot
+# finish, whatever the machine's load. The second run usually finishes (a third run, should
+# the steps be slow, is allowed and checked the same way).
+TIME_LIMIT = ["--time", "3", "--grace", "30", "--env", "SLURMGEN_TEST_STEP_SLEEP=1.5"]
+TIME_LIMIT_STEPS = 85
+
+
+@pytest.mark.timeout(720)
 def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
-    """Slurm's own time-limit warning (--time 2, --grace 60): train.sft on 1,1,2,2 checkpoints at
-    the warning, the script requeues, the next run resumes at that step and finishes."""
-    steps = 60
+    """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the
+    script requeues the job, the next run resumes at that step and finishes every step."""
     start = time.monotonic()
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--time", "2", "--grace", "60"],
-                               sft_args(assets, tmp_path, steps=steps), wait=False)
-    info = wait_with_nudges(job_id, timeout=540)
+    job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
+                               sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS,
+                                        per_device_train_batch_size=1), wait=False)
+    info = wait_with_nudges(job_id, timeout=660)
     job = JobRun(job_id, info, tmp_path)
-    saved = assert_stopped_and_resumed(job, steps)
-    print(f"time limit: job {job_id} stopped at {saved}, restarts {info['Restarts']}, "
+    saved = assert_stopped_and_resumed(job, TIME_LIMIT_STEPS)
+    assert "TIMEOUT" not in job.log and "DUE TO TIME LIMIT" not in job.log
+    print(f"time limit: job {job_id} stopped at steps {saved}, restarts {info['Restarts']}, "
           f"{time.monotonic() - start:.0f} s")
 
 
@@ -307,10 +322,16 @@ def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_
     args, tag = tagged(UNEVEN)
     train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every)
     job_id = render_and_submit(tmp_path, args, train_args, wait=False)
+    half = run / f"checkpoint-{2 * every}"
     try:
         wait_progress(job_id, run, 1)
         rank0, _ = worker_with_rank(tag, 0)
-        assert watch.wait_for(f"checkpoint-{2 * every}", timeout=180), "checkpoint-8 never appeared"
+        # The directory appears first (any rank may create it); kill rank 0 once it has begun
+        # writing the model, the first of the files it writes.
+        assert watch.wait_for(half.name, timeout=180), f"{half.name} never appeared"
+        watch.add(half)
+        if not (half / "model.safetensors").exists():
+            assert watch.wait_for("model.safetensors", timeout=60), "rank 0 never wrote the model"
         os.kill(rank0, signal.SIGKILL)
         info = slurm_helpers.wait_job(job_id, timeout=120)
     finally:
@@ -319,10 +340,12 @@ def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_
     first_log = job_log(tmp_path, job_id)
     assert info["State"] == "FAILED", first_log
     assert info["Restarts"] == "0"
-    assert (run / "checkpoint-4" / "slurmgen_complete").is_file()
-    half = run / "checkpoint-8"
-    assert half.is_dir() and not (half / "slurmgen_complete").exists(), \
-        f"the kill did not land during the save: {sorted(p.name for p in half.iterdir())}"
+    complete = sorted(p.name for p in (run / "checkpoint-4").iterdir())
+    assert "slurmgen_complete" in complete
+    written = sorted(p.name for p in half.iterdir())
+    # Half written: the model is there, the marker and some of the rest are not.
+    assert "model.safetensors" in written and "slurmgen_complete" not in written, written
+    assert set(written) < set(complete), (written, complete)
     # A newer directory that looks like a checkpoint but is garbage: resume must not touch it.
     planted = run / "checkpoint-10"
     planted.mkdir()
