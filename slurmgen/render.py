@@ -26,11 +26,16 @@ def template_dir() -> Path:
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+:./-")
 
 
+# Words bash (and shellcheck) read as syntax even where an argument is expected.
+_RESERVED = {"if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
+             "do", "done", "in", "function", "time", "coproc"}
+
+
 def shell_quote(value) -> str:
     """One shell word for any value. Like shlex.quote, but ' \\ $ ` are escaped outside the single
     quotes ('a'\\''b', 'x'\\$): the same bytes for bash, and no shellcheck findings about them."""
     text = str(value)
-    if text and set(text) <= _SAFE:
+    if text and set(text) <= _SAFE and text not in _RESERVED:
         return text
     out, run = [], []
     for char in text:
