@@ -264,9 +264,9 @@ def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
 @pytest.mark.timeout(400)
 def test_preemption_signal_by_hand(cluster, assets, tmp_path):
     """`scancel --signal=USR2 --batch JOB` mid-run: the same checkpoint, requeue and resume."""
-    steps = 30
+    steps = 20
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
-                               ddp_args(assets, tmp_path, steps, save_steps=10), wait=False)
+                               ddp_args(assets, tmp_path, steps, save_steps=8), wait=False)
     wait_progress(job_id, tmp_path / "run", 5)
     subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
     info = wait_with_nudges(job_id, timeout=300)
@@ -320,7 +320,7 @@ def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_
     run.mkdir()
     watch = DirWatch(run)
     args, tag = tagged(UNEVEN)
-    train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every)
+    train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every, per_device_train_batch_size=1)
     job_id = render_and_submit(tmp_path, args, train_args, wait=False)
     half = run / f"checkpoint-{2 * every}"
     try:
@@ -381,7 +381,7 @@ def test_two_jobs_sharing_nodes_use_different_ports(cluster, assets, tmp_path):
     ids = []
     for d in dirs:
         d.mkdir()
-        ids.append(render_and_submit(d, shared, ddp_args(assets, d, 40), wait=False))
+        ids.append(render_and_submit(d, shared, ddp_args(assets, d, 30), wait=False))
     try:
         infos = [slurm_helpers.wait_job(j, timeout=240) for j in ids]
     finally:
@@ -397,7 +397,7 @@ def test_two_jobs_sharing_nodes_use_different_ports(cluster, assets, tmp_path):
         ports.append(port)
         metrics = json.loads((d / "run" / "metrics.json").read_text())
         assert metrics["world_size"] == 2 and metrics["ranks_per_host"] == {"node3": 1, "node4": 1}
-        assert metrics["global_step"] == 40
+        assert metrics["global_step"] == 30
     assert ports[0] != ports[1]
     # Both trained at the same time (not one after the other): their step logs overlap.
     (a0, a1), (b0, b1) = (progress_times(d / "run") for d in dirs)
