@@ -2,20 +2,23 @@
 
 Each test runs real jobs rendered by `slurmgen render`, with real srun and torchrun:
 
-* time limit: `--time 2 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
-  rank checkpoint, the script requeues the job, the next run resumes and finishes (train.sft);
-* preemption stand-in: `scancel --signal=USR2 --batch JOB` by hand mid-run, same result;
+* time limit: `--time 3 --grace 30`; Slurm's own warning (USR2 to the batch shell) makes every
+  rank checkpoint, the script requeues the job, the next run resumes at exactly that step and
+  finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
+  finish before the warning however idle the machine is);
+* preemption stand-in: `scancel --signal=USR2 --batch JOB` by hand mid-run, same result (ddp_loop);
 * a rank killed with SIGKILL mid-run: the job ends FAILED within 60 s, not requeued, the log
   names the failing component and node, and no rank of the job is left running;
-* a kill during checkpoint saving: rank 0 is killed the moment the second checkpoint directory
-  appears (inotify); the rerun sets the half-written one aside (and a planted newer, corrupt
-  one) and resumes from the previous complete checkpoint;
+* a kill during checkpoint saving: rank 0 is SIGKILLed the moment it starts writing the second
+  checkpoint (inotify); the rerun sets the half-written one aside (and a planted newer, corrupt
+  one) and resumes from the previous complete checkpoint (train.sft: HF writes in place);
 * ports: two jobs sharing both their nodes (node3, node4) at the same time, each with the
   MASTER_PORT derived from its job id, both complete.
 
-A requeued job waits ~120 s for eligibility and, on an idle cluster, for the backfill scheduler
-to look again: the tests nudge it (`slurm_helpers.nudge`) as soon as it is PENDING with
-Restarts >= 1. The generated script does not depend on the nudge.
+A requeued job is held ~120 s (EligibleTime) and, on an idle cluster, waits for the backfill
+scheduler to look again: the tests nudge it (`slurm_helpers.nudge`) once it is PENDING with
+Restarts >= 1 and its requeue is NUDGE_AFTER seconds old. The generated script does not depend
+on the nudge. Runs each test once; the whole file takes about 6 to 7 minutes.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import REPO, JobRun, render_and_submit, sft_args
+from tests.e2e.conftest import JobRun, render_and_submit, sft_args
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
 LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
@@ -194,7 +197,7 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3) -
 
 
 # --------------------------------------------------------------------------- inotify
-_IN_CREATE, _IN_MOVED_TO, _IN_ISDIR = 0x100, 0x80, 0x40000000
+_IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
 _EVENT = struct.Struct("iIII")
 
 
