@@ -145,6 +145,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "layout": run_length(spec.gpus),
         "nodelist_var": "SLURM_JOB_NODELIST_HET_GROUP_0" if plan.heterogeneous else "SLURM_JOB_NODELIST",
         "port_span": spec.port_range[1] - spec.port_range[0] + 1,
+        "component_nodelist_vars": [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
+                                    else "SLURM_JOB_NODELIST" for c in plan.components],
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
         "common_options": _common_options(spec),

@@ -30,6 +30,7 @@ def shim_env(tmp_path, **extra):
         SHIM_LOG=str(tmp_path / "calls.jsonl"),
         SLURM_JOB_ID="1234",
         SLURM_JOB_NODELIST_HET_GROUP_0="node[1-2]",
+        SLURM_JOB_NODELIST_HET_GROUP_1="node[3-4]",
         SLURM_JOB_NODELIST="node[1-2]",
         SHIM_HOSTS_0="node1,node2",
         SHIM_HOSTS_1="node3,node4",
@@ -91,7 +92,7 @@ def test_failing_component_stops_the_others(render_args, tmp_path):
     elapsed = time.monotonic() - start
     assert proc.returncode == 3
     assert elapsed < 30, f"script took {elapsed:.0f} s to stop the healthy component"
-    assert "component 1 (2 node(s) x 2 GPUs) failed with exit status 3" in proc.stderr
+    assert "component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])" in proc.stderr
 
 
 def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
@@ -113,6 +114,19 @@ def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
     proc.send_signal(signal.SIGUSR2)
-    out, _ = proc.communicate(timeout=60)
-    assert "not requeueing: 1 restart(s) used" in out
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "training unfinished; not requeueing: 1 restart(s) used" in err
     assert ["requeue", "1234"] not in [c["argv"] for c in calls(tmp_path, "scontrol")]
+
+
+def test_warning_during_setup_is_not_lost(render_args, tmp_path):
+    # The warning lands before the monitor's trap exists: it must still lead to a checkpoint
+    # request and a requeue, not kill the batch shell.
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2",
+                       "--setup", "kill -USR2 $$")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "asking every rank to checkpoint" in proc.stdout
+    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]

@@ -12,7 +12,6 @@ the world size (average_tokens_across_devices=False).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -136,4 +135,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    runtime.exit_after(main)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import sys
 import time
 from pathlib import Path
 
@@ -228,4 +227,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    runtime.exit_after(main)

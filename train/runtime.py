@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -15,7 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn
 
 from train import checkpoint
 from train.distenv import DistEnv
@@ -480,6 +481,23 @@ def write_param_digest(model, denv: DistEnv) -> None:
         return
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{denv.rank}.sha256").write_text(param_digest(model) + "\n")
+
+
+def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:
+    """Run an entry point as a program, then leave without interpreter finalization.
+
+    DDP and the HF Trainer keep the gloo process group alive past destroy_process_group(): its
+    worker threads may still be releasing the tensors of the last collective when Python
+    finalizes, and a thread that then needs the GIL is ended inside a C++ destructor:
+    std::terminate, SIGABRT ("terminate called without an active exception") after a run that
+    succeeded, and srun fails the job. Output is flushed first; usage errors (SystemExit) and
+    exceptions leave the normal way.
+    """
+    main(sys.argv[1:])
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -> dict | None:

@@ -12,7 +12,6 @@ Launch it under torchrun, or as one Slurm task per GPU: train.distenv works out 
 
 from __future__ import annotations
 
-import sys
 import time
 
 from train import distenv, runtime
@@ -120,4 +119,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    runtime.exit_after(main)

@@ -15,6 +15,9 @@
 
 # Everything below runs in the batch shell on the first node of the job.
 set -uo pipefail
+# Until the monitor below takes over, remember a time-limit warning instead of dying of it.
+EARLY_WARNING=0
+trap 'EARLY_WARNING=1' USR2
 
 # Rank 0 runs on the first node of component 0, which hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running inside a Slurm allocation}" | head -n 1)
@@ -100,14 +103,16 @@ rm -f "$SLURMGEN_PREFLIGHT_LOG"
 # Components run in the background; the first one to fail stops the others.
 COMPONENT_PIDS=()
 COMPONENT_NAMES=()
+COMPONENT_NODES=()
 STOP_REQUESTED=0
 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 
-start_component() {  # name, command...
+start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1")
-    shift
+    COMPONENT_NODES+=("$2")
+    shift 2
     "$@" &
     COMPONENT_PIDS+=("$!")
 }
@@ -119,6 +124,9 @@ on_time_warning() {
     : > "$SLURMGEN_STOP_FILE"
 }
 trap on_time_warning USR2
+if (( EARLY_WARNING )); then  # the warning came during setup or preflight
+    on_time_warning
+fi
 
 stop_components() {
     local pid
@@ -139,10 +147,15 @@ requeue_or_finish() {  # exit status
     if (( STOP_REQUESTED )); then
         if (( ${SLURM_RESTART_COUNT:-0} < MAX_RESTARTS )); then
             echo "slurmgen: checkpoint done; requeueing job $SLURM_JOB_ID (restart $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of at most $MAX_RESTARTS)"
-            scontrol requeue "$SLURM_JOB_ID"
-            exit 0
+            if scontrol requeue "$SLURM_JOB_ID"; then
+                exit 0
+            fi
+            echo "slurmgen: scontrol requeue failed; the job ends here with its last checkpoint" >&2
+            exit 1
         fi
-        echo "slurmgen: stopped at the time limit; not requeueing: $MAX_RESTARTS restart(s) used"
+        # Unfinished training must not look like success.
+        echo "slurmgen: stopped at the time limit with training unfinished; not requeueing: $MAX_RESTARTS restart(s) used" >&2
+        exit 1
     fi
     exit "$1"
 }
@@ -162,7 +175,7 @@ watch_components() {
             rc=$?
             COMPONENT_PIDS[i]=""
             if (( rc != 0 )); then
-                echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc; stopping the other components" >&2
+                echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]}); stopping the other components" >&2
                 stop_components
                 requeue_or_finish "$rc"
             fi
@@ -185,7 +198,7 @@ TARGET=(-m train.sft)
 
 # Component 0: 2 node(s) x 4 GPU(s), one accelerate launcher per node.
 # shellcheck disable=SC2016  # the machine rank is computed on each node, not here
-start_component 'component 0 (2 node(s) x 4 GPUs)' \
+start_component 'component 0 (2 node(s) x 4 GPUs)' "${SLURM_JOB_NODELIST:-}" \
     srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 \
     bash -c 'exec accelerate launch --machine_rank="$SLURM_NODEID" "$@"' accelerate \
     --num_machines=2 --num_processes=8 --multi_gpu \

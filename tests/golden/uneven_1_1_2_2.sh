@@ -21,6 +21,9 @@
 
 # Everything below runs in the batch shell on the first node of the job.
 set -uo pipefail
+# Until the monitor below takes over, remember a time-limit warning instead of dying of it.
+EARLY_WARNING=0
+trap 'EARLY_WARNING=1' USR2
 
 # Rank 0 runs on the first node of component 0, which hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not running inside a Slurm allocation}" | head -n 1)
@@ -109,14 +112,16 @@ rm -f "$SLURMGEN_PREFLIGHT_LOG"
 # Components run in the background; the first one to fail stops the others.
 COMPONENT_PIDS=()
 COMPONENT_NAMES=()
+COMPONENT_NODES=()
 STOP_REQUESTED=0
 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 
-start_component() {  # name, command...
+start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1")
-    shift
+    COMPONENT_NODES+=("$2")
+    shift 2
     "$@" &
     COMPONENT_PIDS+=("$!")
 }
@@ -128,6 +133,9 @@ on_time_warning() {
     : > "$SLURMGEN_STOP_FILE"
 }
 trap on_time_warning USR2
+if (( EARLY_WARNING )); then  # the warning came during setup or preflight
+    on_time_warning
+fi
 
 stop_components() {
     local pid
@@ -148,10 +156,15 @@ requeue_or_finish() {  # exit status
     if (( STOP_REQUESTED )); then
         if (( ${SLURM_RESTART_COUNT:-0} < MAX_RESTARTS )); then
             echo "slurmgen: checkpoint done; requeueing job $SLURM_JOB_ID (restart $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of at most $MAX_RESTARTS)"
-            scontrol requeue "$SLURM_JOB_ID"
-            exit 0
+            if scontrol requeue "$SLURM_JOB_ID"; then
+                exit 0
+            fi
+            echo "slurmgen: scontrol requeue failed; the job ends here with its last checkpoint" >&2
+            exit 1
         fi
-        echo "slurmgen: stopped at the time limit; not requeueing: $MAX_RESTARTS restart(s) used"
+        # Unfinished training must not look like success.
+        echo "slurmgen: stopped at the time limit with training unfinished; not requeueing: $MAX_RESTARTS restart(s) used" >&2
+        exit 1
     fi
     exit "$1"
 }
@@ -171,7 +184,7 @@ watch_components() {
             rc=$?
             COMPONENT_PIDS[i]=""
             if (( rc != 0 )); then
-                echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc; stopping the other components" >&2
+                echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]}); stopping the other components" >&2
                 stop_components
                 requeue_or_finish "$rc"
             fi
@@ -194,7 +207,7 @@ TARGET=(-m train.sft)
 
 # Component 0: 2 node(s) x 1 GPU(s), node ranks 0..1, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
-SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' \
+SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' "${SLURM_JOB_NODELIST_HET_GROUP_0:-}" \
     srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=4 --nproc-per-node=1 \
@@ -204,7 +217,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' \
 
 # Component 1: 2 node(s) x 2 GPU(s), node ranks 2..3, one torchrun agent per node.
 # shellcheck disable=SC2016  # the node rank is computed on each node, not here
-SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' \
+SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLURM_JOB_NODELIST_HET_GROUP_1:-}" \
     srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
     --nnodes=4 --nproc-per-node=2 \
