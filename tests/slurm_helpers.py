@@ -80,7 +80,9 @@ def cluster_available() -> Tuple[bool, str]:
             nodes[parts[0]] = parts[1]
     if not nodes:
         return False, "sinfo lists no nodes"
-    bad = {n: s for n, s in nodes.items() if s not in HEALTHY_NODE_STATES}
+    # A trailing "-" (planned for a pending job), "$" (reservation), "@"/"^" (reboot) leave a node
+    # usable; "*" (not responding), "~"/"#"/"%"/"!" (power states) do not.
+    bad = {n: s for n, s in nodes.items() if s.rstrip("-$@^+") not in HEALTHY_NODE_STATES}
     if bad:
         listing = ", ".join(f"{n}={s}" for n, s in sorted(bad.items()))
         return False, f"nodes not usable: {listing} (tests/localcluster.sh status)"
