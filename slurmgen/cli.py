@@ -1,4 +1,4 @@
-"""`slurmgen` command line: render (and, later, check). Errors are one line, exit status 2."""
+"""`slurmgen` command line: render, check, watch. Bad input is one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import render
 from slurmgen.spec import SpecError
+
 
 def _check_output_path(output: str) -> None:
     if output == "-":
