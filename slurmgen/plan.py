@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from slurmgen.spec import JobSpec
+from slurmgen.spec import JobSpec, train_arg
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,7 @@ class Plan:
 
 def model_path(spec: JobSpec) -> str:
     """The --model_name_or_path training argument when it names a local path (for preflight)."""
-    args = list(spec.train_args)
-    value = None
-    for i, arg in enumerate(args):
-        if arg == "--model_name_or_path" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--model_name_or_path="):
-            value = arg.split("=", 1)[1]
+    value = train_arg(spec.train_args, "--model_name_or_path")
     if value and os.path.exists(value):
         return os.path.abspath(value)
     return ""

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Optional
 
-from slurmgen.spec import JobSpec
+from slurmgen.spec import JobSpec, train_arg
 
 # Training arguments that name hub repositories, with the repository type they name.
 HUB_ARGUMENTS = {"--model_name_or_path": "model", "--dataset_name": "dataset"}
@@ -25,16 +25,13 @@ def hub_names(train_args) -> list[tuple[str, str]]:
     """(repo type, repo id) for hub names in the arguments; existing local paths need no fetching,
     and a missing local path is an error rather than something to look for on the hub."""
     found = []
-    args = list(train_args)
-    for i, arg in enumerate(args):
-        key, sep, value = arg.partition("=")
-        if key in HUB_ARGUMENTS:
-            value = value if sep else (args[i + 1] if i + 1 < len(args) else "")
-            if not value or os.path.exists(value):
-                continue
-            if not _HUB_ID.match(value):
-                raise PrefetchError(f"{key} {value!r}: no such local path, and not a hub name (OWNER/NAME)")
-            found.append((HUB_ARGUMENTS[key], value))
+    for key, repo_type in HUB_ARGUMENTS.items():
+        value = train_arg(train_args, key)
+        if not value or os.path.exists(value):
+            continue
+        if not _HUB_ID.match(value):
+            raise PrefetchError(f"{key} {value!r}: no such local path, and not a hub name (OWNER/NAME)")
+        found.append((repo_type, value))
     return found
 
 

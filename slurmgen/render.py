@@ -11,7 +11,7 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
-from slurmgen.spec import rank_exports
+from slurmgen.spec import container_args, rank_exports
 
 
 def template_dir() -> Path:
@@ -107,13 +107,12 @@ def _common_options(spec) -> list[tuple[str, str]]:
 
 
 def _container_flags(spec) -> str:
-    """pyxis flags for every srun, only when asked for (quoted: paths may hold anything)."""
-    flags = []
-    if spec.container_image:
-        flags.append("--container-image=" + shell_quote(spec.container_image))
-    if spec.container_mounts:
-        flags.append("--container-mounts=" + shell_quote(spec.container_mounts))
-    return "".join(flag + " " for flag in flags)
+    """pyxis flags for every srun; the values quoted, since paths may hold anything."""
+    quoted = []
+    for flag in container_args(spec):
+        name, _, value = flag.partition("=")
+        quoted.append(f"{name}={shell_quote(value)} ")
+    return "".join(quoted)
 
 
 def _component_name(comp) -> str:
@@ -143,7 +142,6 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "log_dir": spec.log_dir,
         "output_pattern": output_pattern(spec.log_dir),
         "layout": run_length(spec.gpus),
-        "nodelist_var": "SLURM_JOB_NODELIST_HET_GROUP_0" if plan.heterogeneous else "SLURM_JOB_NODELIST",
         "port_span": spec.port_range[1] - spec.port_range[0] + 1,
         "component_nodelist_vars": [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
                                     else "SLURM_JOB_NODELIST" for c in plan.components],

@@ -240,6 +240,30 @@ class JobSpec:
         return "module", self.module
 
 
+def train_arg(args, *flags: str) -> Optional[str]:
+    """The value a training argument (--flag VALUE or --flag=VALUE) was given; the last one wins,
+    as it does for the argument parsers of the entry points. None if absent or valueless."""
+    args = list(args)
+    value = None
+    for i, arg in enumerate(args):
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def container_args(spec: JobSpec) -> list[str]:
+    """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes them as argv."""
+    flags = []
+    if spec.container_image:
+        flags.append(f"--container-image={spec.container_image}")
+    if spec.container_mounts:
+        flags.append(f"--container-mounts={spec.container_mounts}")
+    return flags
+
+
 def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     """Variables slurmgen's own options set for every rank (before the user's --env), shared by
     rendered scripts and the submit path."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
 from slurmgen import watch
-from slurmgen.spec import JobSpec, SpecError, rank_exports
+from slurmgen.spec import JobSpec, SpecError, container_args, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
@@ -108,7 +108,7 @@ def slurm_parameters(spec: JobSpec) -> dict:
         # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
         # rank fails instead of leaving the others in a collective until it times out.
         srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1",
-                   *container_flags(spec)],
+                   *container_args(spec)],
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
                     constraint=spec.constraint, exclude=spec.exclude,
@@ -116,17 +116,6 @@ def slurm_parameters(spec: JobSpec) -> dict:
                     setup=list(spec.setup) or None)
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
-
-
-def container_flags(spec: JobSpec) -> list[str]:
-    """pyxis flags for the srun that starts the tasks, as the rendered scripts pass them. The
-    container must hold the same Python path (see --python) with slurmgen and submitit."""
-    flags = []
-    if spec.container_image:
-        flags.append(f"--container-image={spec.container_image}")
-    if spec.container_mounts:
-        flags.append(f"--container-mounts={spec.container_mounts}")
-    return flags
 
 
 def rank_environment(spec: JobSpec) -> tuple:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
+from slurmgen.spec import train_arg
+
 # Rank variables a task may inherit from the submitting shell (say, a torchrun worker or an
 # salloc shell); they describe that process, not this job, so they are cleared first.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
@@ -78,14 +80,7 @@ def job_id_of(env) -> str:
 
 def output_dir_arg(args) -> Optional[str]:
     """The value of --output_dir (or --output-dir) in training arguments, if given."""
-    args = list(args)
-    for i, arg in enumerate(args):
-        for flag in ("--output_dir", "--output-dir"):
-            if arg == flag and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-    return None
+    return train_arg(args, "--output_dir", "--output-dir")
 
 
 class _StopOnSignal:
