@@ -95,6 +95,33 @@ def test_failing_component_stops_the_others(render_args, tmp_path):
     assert "component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])" in proc.stderr
 
 
+def test_every_component_that_fails_on_its_own_is_named(render_args, tmp_path):
+    # Node rank 0 fails first (a peer that noticed); node rank 2 (the real culprit) 3 s later,
+    # inside the settle window: both components are named, the job ends with the first status.
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="0=4@0.2,2=3@3",
+                                                             SHIM_SLEEP="120"),
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 4
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("slurmgen:")]
+    assert lines == ["slurmgen: component 0 (2 node(s) x 1 GPU) failed with exit status 4 (nodes node[1-2])",
+                     "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])"]
+
+
+def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(script)],
+                          env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="0=4@0.2,2=3@30", SHIM_SLEEP="120",
+                                       SLURMGEN_SETTLE_SECONDS="2"),
+                          capture_output=True, text=True, timeout=90)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 4
+    assert elapsed < 15, f"the healthy component ran {elapsed:.0f} s past the settle window"
+    assert "slurmgen: stopping the other components" in proc.stderr
+    assert "component 1 (2 node(s) x 2 GPUs) failed" not in proc.stderr
+
+
 def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     proc = subprocess.Popen(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1"),

@@ -111,6 +111,12 @@ STOP_REQUESTED=0
 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
+# When one rank dies its peers fail too, and the component that holds the dead rank is often
+# not the first to notice; the others get this long to end by themselves, so that every
+# component that failed on its own is named, before the rest are stopped.
+SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
+FIRST_FAILURE=0
+RUNNING=0
 
 start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1")
@@ -163,27 +169,46 @@ requeue_or_finish() {  # exit status
     exit "$1"
 }
 
+reap_components() {  # waits for ended components, names each failure, counts the rest in RUNNING
+    local i pid rc
+    RUNNING=0
+    for i in "${!COMPONENT_PIDS[@]}"; do
+        pid=${COMPONENT_PIDS[$i]}
+        [[ -n "$pid" ]] || continue
+        if kill -0 "$pid" 2>/dev/null; then
+            RUNNING=$(( RUNNING + 1 ))
+            continue
+        fi
+        wait "$pid"
+        rc=$?
+        COMPONENT_PIDS[i]=""
+        if (( rc != 0 )); then
+            echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]})" >&2
+            (( FIRST_FAILURE )) || FIRST_FAILURE=$rc
+        fi
+    done
+}
+
+settle_then_stop() {  # after a failure: let the others end by themselves, then stop them
+    local deadline=$(( SECONDS + SETTLE_SECONDS ))
+    while (( RUNNING > 0 && SECONDS < deadline )); do
+        sleep 0.5
+        reap_components
+    done
+    if (( RUNNING > 0 )); then
+        echo "slurmgen: stopping the other components" >&2
+        stop_components
+    fi
+}
+
 watch_components() {
-    local i pid rc running
     while :; do
-        running=0
-        for i in "${!COMPONENT_PIDS[@]}"; do
-            pid=${COMPONENT_PIDS[$i]}
-            [[ -n "$pid" ]] || continue
-            if kill -0 "$pid" 2>/dev/null; then
-                running=$(( running + 1 ))
-                continue
-            fi
-            wait "$pid"
-            rc=$?
-            COMPONENT_PIDS[i]=""
-            if (( rc != 0 )); then
-                echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]}); stopping the other components" >&2
-                stop_components
-                requeue_or_finish "$rc"
-            fi
-        done
-        if (( running == 0 )); then
+        reap_components
+        if (( FIRST_FAILURE )); then
+            settle_then_stop
+            requeue_or_finish "$FIRST_FAILURE"
+        fi
+        if (( RUNNING == 0 )); then
             echo "slurmgen: all components finished"
             requeue_or_finish 0
         fi
