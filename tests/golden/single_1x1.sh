@@ -15,7 +15,7 @@
 
 # Everything below runs in the batch shell on the first node of the job.
 set -uo pipefail
-# Until the monitor below takes over, remember a time-limit warning instead of dying of it.
+# A time-limit warning before the monitor starts is remembered, not fatal.
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2
 
@@ -33,20 +33,14 @@ export SLURMGEN_STOP_FILE=/tmp/slurmgen-golden-logs/.stop-"$SLURM_JOB_ID"
 rm -f "$SLURMGEN_STOP_FILE"
 echo "slurmgen: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} of at most 3) on $(hostname): world size 1, master $MASTER_ADDR:$MASTER_PORT"
 
-# Components run in the background; the first one to fail stops the others.
-COMPONENT_PIDS=()
-COMPONENT_NAMES=()
-COMPONENT_NODES=()
-STOP_REQUESTED=0
-STOP_DEADLINE=0
+# Components run in the background; the first failure ends the job. The others get SETTLE_SECONDS
+# to end by themselves (a dead rank's peers fail too, often first), then are stopped.
+COMPONENT_PIDS=() COMPONENT_NAMES=() COMPONENT_NODES=()
+STOP_REQUESTED=0 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
-# When one rank dies its peers fail too, and the component that holds the dead rank is often
-# not the first to notice; the others get this long to end by themselves, so that every
-# component that failed on its own is named, before the rest are stopped.
 SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
-FIRST_FAILURE=0
-RUNNING=0
+FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0
 
 start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1")
@@ -99,43 +93,30 @@ requeue_or_finish() {  # exit status
     exit "$1"
 }
 
-reap_components() {  # waits for ended components, names each failure, counts the rest in RUNNING
-    local i pid rc
+reap_components() {  # names each component that ended in failure; counts the rest in RUNNING
+    local i rc
     RUNNING=0
     for i in "${!COMPONENT_PIDS[@]}"; do
-        pid=${COMPONENT_PIDS[$i]}
-        [[ -n "$pid" ]] || continue
-        if kill -0 "$pid" 2>/dev/null; then
+        [[ -n "${COMPONENT_PIDS[i]}" ]] || continue
+        if kill -0 "${COMPONENT_PIDS[i]}" 2>/dev/null; then
             RUNNING=$(( RUNNING + 1 ))
             continue
         fi
-        wait "$pid"
+        wait "${COMPONENT_PIDS[i]}"
         rc=$?
         COMPONENT_PIDS[i]=""
         if (( rc != 0 )); then
-            echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]})" >&2
-            (( FIRST_FAILURE )) || FIRST_FAILURE=$rc
+            echo "slurmgen: ${COMPONENT_NAMES[i]} failed with exit status $rc (nodes ${COMPONENT_NODES[i]})" >&2
+            (( FIRST_FAILURE )) || FIRST_FAILURE=$rc SETTLE_END=$(( SECONDS + SETTLE_SECONDS ))
         fi
     done
-}
-
-settle_then_stop() {  # after a failure: let the others end by themselves, then stop them
-    local deadline=$(( SECONDS + SETTLE_SECONDS ))
-    while (( RUNNING > 0 && SECONDS < deadline )); do
-        sleep 0.5
-        reap_components
-    done
-    if (( RUNNING > 0 )); then
-        echo "slurmgen: stopping the other components" >&2
-        stop_components
-    fi
 }
 
 watch_components() {
     while :; do
         reap_components
-        if (( FIRST_FAILURE )); then
-            settle_then_stop
+        if (( FIRST_FAILURE && (RUNNING == 0 || SECONDS >= SETTLE_END) )); then
+            (( RUNNING == 0 )) || { echo "slurmgen: stopping the other components" >&2; stop_components; }
             requeue_or_finish "$FIRST_FAILURE"
         fi
         if (( RUNNING == 0 )); then
@@ -151,11 +132,10 @@ watch_components() {
     done
 }
 
-# The training target: python -m train.sft
 TARGET=(-m train.sft)
 
 # Component 0: 1 node(s) x 1 GPU(s), node ranks 0..0, one torchrun agent per node.
-# shellcheck disable=SC2016  # the node rank is computed on each node, not here
+# shellcheck disable=SC2016  # expanded on each node
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (1 node(s) x 1 GPU)' "${SLURM_JOB_NODELIST:-}" \
     srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \

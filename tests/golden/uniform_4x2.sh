@@ -17,7 +17,7 @@
 
 # Everything below runs in the batch shell on the first node of the job.
 set -uo pipefail
-# Until the monitor below takes over, remember a time-limit warning instead of dying of it.
+# A time-limit warning before the monitor starts is remembered, not fatal.
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2
 
@@ -40,27 +40,18 @@ echo "slurmgen: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} of at most 
 read -r -d '' SLURMGEN_PREFLIGHT_REPORT <<'PY'
 import importlib.metadata as md, importlib.util, json, os, socket, sys, platform
 def version(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return "missing"
+    try: return md.version(name)
+    except md.PackageNotFoundError: return "missing"
 torch = version("torch")
-nccl = next((version(n) for n in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
-             if version(n) != "missing"), "none")
+nccl = next((v for v in map(version, ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")) if v != "missing"), "none")
 kind, target, model, expected = sys.argv[1:5]
-if kind == "module":
-    try:
-        found = importlib.util.find_spec(target) is not None
-    except ImportError:
-        found = False
-else:
-    found = os.path.isfile(target)
-visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+try: found = importlib.util.find_spec(target) is not None if kind == "module" else os.path.isfile(target)
+except ImportError: found = False
+gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": socket.gethostname(), "python": platform.python_version(), "torch": torch,
     "cuda": torch.split("+", 1)[1] if "+" in torch else "default", "nccl": nccl,
-    "transformers": version("transformers"), "trl": version("trl"), "datasets": version("datasets"),
-    "gpus": "%d of %s" % (len(visible), expected),
+    **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
     "model": "not checked" if not model else ("found" if os.path.exists(model) else "MISSING: " + model),
 }), flush=True)
@@ -68,30 +59,23 @@ PY
 read -r -d '' SLURMGEN_PREFLIGHT_COMPARE <<'PY'
 import collections, json, sys
 reports = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("SLURMGEN_PREFLIGHT ")]
-expected = int(sys.argv[2])
-problems = []
-if len(reports) != expected:
-    problems.append(("(job)", "nodes reporting", str(len(reports)), str(expected)))
-for field in ("python", "torch", "cuda", "nccl", "transformers", "trl", "datasets"):
-    values = collections.Counter(r[field] for r in reports)
-    usual = values.most_common(1)[0][0] if values else ""
-    problems += [(r["host"], field, r[field], usual) for r in reports if r[field] != usual]
+problems = [("(job)", "nodes reporting", str(len(reports)), sys.argv[2])] if len(reports) != int(sys.argv[2]) else []
+for f in ("python", "torch", "cuda", "nccl", "transformers", "trl", "datasets"):
+    usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
+    problems += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
 for r in reports:
     seen, _, want = r["gpus"].partition(" of ")
-    if seen != want:
-        problems.append((r["host"], "GPUs visible", seen, want))
-    for field in ("target", "model"):
-        if r[field].startswith("MISSING"):
-            problems.append((r["host"], field, r[field], "found"))
+    problems += [(r["host"], "GPUs visible", seen, want)] if seen != want else []
+    problems += [(r["host"], f, r[f], "found") for f in ("target", "model") if r[f].startswith("MISSING")]
 if problems:
     print("slurmgen: preflight failed; not starting training:")
     rows = [("node", "what", "found", "expected")] + sorted(problems)
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
-        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     sys.exit(1)
-print("slurmgen: preflight passed on %d node(s): python %s, torch %s, transformers %s, trl %s, datasets %s"
-      % (len(reports), *(reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets"))))
+print("slurmgen: preflight passed on %d node(s): " % len(reports)
+      + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
 PY
 SLURMGEN_PREFLIGHT_LOG=/tmp/slurmgen-golden-logs/.preflight-"$SLURM_JOB_ID"
 : > "$SLURMGEN_PREFLIGHT_LOG"
@@ -103,20 +87,14 @@ if ! python3 -c "$SLURMGEN_PREFLIGHT_COMPARE" "$SLURMGEN_PREFLIGHT_LOG" 4; then
 fi
 rm -f "$SLURMGEN_PREFLIGHT_LOG"
 
-# Components run in the background; the first one to fail stops the others.
-COMPONENT_PIDS=()
-COMPONENT_NAMES=()
-COMPONENT_NODES=()
-STOP_REQUESTED=0
-STOP_DEADLINE=0
+# Components run in the background; the first failure ends the job. The others get SETTLE_SECONDS
+# to end by themselves (a dead rank's peers fail too, often first), then are stopped.
+COMPONENT_PIDS=() COMPONENT_NAMES=() COMPONENT_NODES=()
+STOP_REQUESTED=0 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
-# When one rank dies its peers fail too, and the component that holds the dead rank is often
-# not the first to notice; the others get this long to end by themselves, so that every
-# component that failed on its own is named, before the rest are stopped.
 SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
-FIRST_FAILURE=0
-RUNNING=0
+FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0
 
 start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1")
@@ -169,43 +147,30 @@ requeue_or_finish() {  # exit status
     exit "$1"
 }
 
-reap_components() {  # waits for ended components, names each failure, counts the rest in RUNNING
-    local i pid rc
+reap_components() {  # names each component that ended in failure; counts the rest in RUNNING
+    local i rc
     RUNNING=0
     for i in "${!COMPONENT_PIDS[@]}"; do
-        pid=${COMPONENT_PIDS[$i]}
-        [[ -n "$pid" ]] || continue
-        if kill -0 "$pid" 2>/dev/null; then
+        [[ -n "${COMPONENT_PIDS[i]}" ]] || continue
+        if kill -0 "${COMPONENT_PIDS[i]}" 2>/dev/null; then
             RUNNING=$(( RUNNING + 1 ))
             continue
         fi
-        wait "$pid"
+        wait "${COMPONENT_PIDS[i]}"
         rc=$?
         COMPONENT_PIDS[i]=""
         if (( rc != 0 )); then
-            echo "slurmgen: ${COMPONENT_NAMES[$i]} failed with exit status $rc (nodes ${COMPONENT_NODES[$i]})" >&2
-            (( FIRST_FAILURE )) || FIRST_FAILURE=$rc
+            echo "slurmgen: ${COMPONENT_NAMES[i]} failed with exit status $rc (nodes ${COMPONENT_NODES[i]})" >&2
+            (( FIRST_FAILURE )) || FIRST_FAILURE=$rc SETTLE_END=$(( SECONDS + SETTLE_SECONDS ))
         fi
     done
-}
-
-settle_then_stop() {  # after a failure: let the others end by themselves, then stop them
-    local deadline=$(( SECONDS + SETTLE_SECONDS ))
-    while (( RUNNING > 0 && SECONDS < deadline )); do
-        sleep 0.5
-        reap_components
-    done
-    if (( RUNNING > 0 )); then
-        echo "slurmgen: stopping the other components" >&2
-        stop_components
-    fi
 }
 
 watch_components() {
     while :; do
         reap_components
-        if (( FIRST_FAILURE )); then
-            settle_then_stop
+        if (( FIRST_FAILURE && (RUNNING == 0 || SECONDS >= SETTLE_END) )); then
+            (( RUNNING == 0 )) || { echo "slurmgen: stopping the other components" >&2; stop_components; }
             requeue_or_finish "$FIRST_FAILURE"
         fi
         if (( RUNNING == 0 )); then
@@ -221,11 +186,10 @@ watch_components() {
     done
 }
 
-# The training target: python -m train.sft
 TARGET=(-m train.sft)
 
 # Component 0: 4 node(s) x 2 GPU(s), node ranks 0..3, one torchrun agent per node.
-# shellcheck disable=SC2016  # the node rank is computed on each node, not here
+# shellcheck disable=SC2016  # expanded on each node
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (4 node(s) x 2 GPUs)' "${SLURM_JOB_NODELIST:-}" \
     srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
     bash -c 'exec torchrun --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' torchrun \
