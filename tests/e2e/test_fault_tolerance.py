@@ -7,6 +7,7 @@ Each test runs real jobs rendered by `slurmgen render`, with real srun and torch
   finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
   finish before the warning however idle the machine is);
 * preemption stand-in: `scancel --signal=USR2 --batch JOB` by hand mid-run, same result (ddp_loop);
+* the warning with no restarts left (`--max-restarts 0`): a checkpoint, no requeue, FAILED;
 * a rank killed with SIGKILL mid-run: the job ends FAILED within 60 s, not requeued, the log
   names the failing component and node, and no rank of the job is left running;
 * a kill during checkpoint saving: rank 0 is SIGKILLed the moment it starts writing the second
@@ -276,6 +277,29 @@ def test_preemption_signal_by_hand(cluster, assets, tmp_path):
     job = JobRun(job_id, info, tmp_path)
     saved = assert_stopped_and_resumed(job, steps)
     assert int(info["Restarts"]) == 1 and 5 <= saved[0] < steps
+
+
+@pytest.mark.timeout(300)
+def test_warning_with_no_restarts_left_checkpoints_and_fails(cluster, assets, tmp_path):
+    """--max-restarts 0: the warning still saves a complete checkpoint, but the job is not
+    requeued and ends FAILED, so unfinished training never looks like success."""
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop", "--max-restarts", "0"],
+                               ddp_args(assets, tmp_path, 5000), wait=False)
+    try:
+        wait_progress(job_id, tmp_path / "run", 3)
+        subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
+        info = slurm_helpers.wait_job(job_id, timeout=120)
+    finally:
+        slurm_helpers.cancel(job_id)
+    log = job_log(tmp_path, job_id)
+    assert info["State"] == "FAILED" and info["ExitCode"] == "1:0", log
+    assert info["Restarts"] == "0" and "requeueing job" not in log, log
+    assert "training unfinished; not requeueing: 0 restart(s) used" in log, log
+    saved = [int(s) for s in re.findall(r"stop requested, saved checkpoint at step (\d+)", log)]
+    assert len(saved) == 1 and 3 <= saved[0] < 5000, log
+    assert (tmp_path / "run" / f"checkpoint-{saved[0]}" / "slurmgen_complete").is_file()
+    assert not (tmp_path / "run" / "metrics.json").exists() or json.loads(
+        (tmp_path / "run" / "metrics.json").read_text())["stopped_early"] is True
 
 
 @pytest.mark.timeout(300)
