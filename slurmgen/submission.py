@@ -8,6 +8,7 @@
     job = submit_job(spec)                 # returns once Slurm accepted the job
     job.wait(progress=print)               # Status(state, restarts, progress) at every change
     metrics = job.result()                 # rank 0's metrics; JobFailed names the failing task
+    job = attach(job.job_id, job.folder)   # later, from another process: the same handle
 
 One Slurm task per GPU (`--nodes N --ntasks sum(gpus) --gpus-per-task 1`), each running
 slurmgen.task.TrainTask. State comes from `scontrol` (submitit asks `sacct`, which needs
@@ -17,6 +18,7 @@ accounting); results from submitit's per-task result pickles. No torch here.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -41,7 +43,7 @@ FAIL_FAST_S = 10.0
 
 
 class SubmitError(RuntimeError):
-    """The job could not be submitted (no Slurm here, sbatch refused it); one line."""
+    """The job could not be submitted (no Slurm here, sbatch refused it) or attached to; one line."""
 
 
 class JobFailed(RuntimeError):
@@ -269,8 +271,47 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
             job = executor.submit(make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
         raise SubmitError(_first_meaningful_line(str(err))) from None
-    return Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local,
-                      submitted_at)
+    sub = Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local,
+                     submitted_at)
+    if not local:  # a local job dies with this process: nothing to attach to later
+        _write_record(sub)
+    return sub
+
+
+def _record_path(folder: Path, job_id: str) -> Path:
+    return folder / f"{job_id}_slurmgen.json"
+
+
+def _write_record(sub: "Submission") -> None:
+    """What attach() needs and submitit's own files do not say: the task count and where the
+    training writes its progress."""
+    record = {"job_id": sub.job_id, "world_size": sub.world_size, "submitted_at": sub.submitted_at,
+              "output_dir": str(sub.output_dir) if sub.output_dir else None}
+    path = _record_path(sub.folder, sub.job_id)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def attach(job_id: str, folder: str | os.PathLike) -> "Submission":
+    """A handle on a job submitted earlier through submit_job (for instance with --detach),
+    found in its submitit folder: wait, status, result, failure and cancel work as after submit."""
+    job_id = str(job_id)
+    if not re.fullmatch(r"\d+", job_id):
+        raise SpecError(f"--attach {job_id!r}: not a Slurm job id (digits, as `--detach` printed)")
+    folder_path = Path(folder).expanduser().absolute()
+    path = _record_path(folder_path, job_id)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise SubmitError(f"job {job_id} was not submitted through slurmgen into {folder_path} "
+                          f"(no readable {path.name}; pass the submitit folder it printed with --folder)") from None
+    from submitit import SlurmJob
+
+    world = int(record["world_size"])
+    job = SlurmJob(folder_path, job_id, tasks=tuple(range(world)))
+    output_dir = Path(record["output_dir"]) if record.get("output_dir") else None
+    return Submission(job, folder_path, world, output_dir, False, float(record["submitted_at"]))
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
     python -m slurmgen.submit --nodes 4 --gpus 1,1,2,2 [job options] [--folder DIR] \\
         [--detach] [--local] -- TRAINING ARGUMENTS
+    python -m slurmgen.submit --attach JOB_ID [--folder DIR]    # follow a detached job
 
 Job options are the very ones of `slurmgen render` (slurmgen.options), refused with the same
 one-line messages. Progress (step, loss, throughput) is read from rank 0's progress.jsonl in
@@ -97,6 +98,36 @@ def follow(sub, printer: ProgressPrinter, interval: float = 1.0) -> int:
     return 0
 
 
+# With --attach, only these say where the job is; anything else would be silently ignored.
+ATTACH_KEEPS = {"log_dir", "profile"}
+
+
+def follow_earlier(job_id: str, folder: Optional[str], params: dict, other_mode: bool,
+                   interval: float) -> int:
+    import os
+
+    from click.core import ParameterSource
+
+    from slurmgen.submission import SubmitError, attach
+
+    ctx = click.get_current_context()
+    given = [name for name in params if name not in ATTACH_KEEPS
+             and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if other_mode or given:
+        what = "--detach or --local" if other_mode else f"--{given[0].replace('_', '-')}"
+        if given and given[0] == "train_args":
+            what = "training arguments"
+        fail(f"--attach {job_id}: {what} cannot be used with --attach, which follows a job "
+             f"already submitted")
+    try:
+        sub = attach(job_id, folder or os.path.join(params["log_dir"], "submitit"))
+    except (SpecError, SubmitError) as err:  # a malformed id, or no such job in that folder
+        fail(str(err))
+    click.echo(f"following job {sub.job_id}: {sub.world_size} tasks")
+    click.echo(f"submitit folder: {sub.folder}")
+    return follow(sub, ProgressPrinter(), interval)
+
+
 def interrupted(sub) -> int:
     try:
         cancel = click.confirm(f"\ncancel job {sub.job_id}?", default=False, err=True)
@@ -116,9 +147,12 @@ def interrupted(sub) -> int:
 @click.option("--detach", is_flag=True, help="Print the job id and the submitit folder, then return.")
 @click.option("--local", is_flag=True,
               help="Run here with submitit's local executor: one process per GPU, no Slurm.")
+@click.option("--attach", "attach_to", metavar="JOB_ID", default=None,
+              help="Follow a job submitted earlier (e.g. with --detach) to its end, as if just "
+                   "submitted; takes no job options, only --folder or --log-dir to find it.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
 @job_options
-def submit_command(folder, detach, local, interval, **params):
+def submit_command(folder, detach, local, attach_to, interval, **params):
     """Submit the training job through submitit: one Slurm task per GPU, uneven nodes included.
 
     Training arguments go after `--`; their --output_dir is where progress, metrics and the
@@ -127,6 +161,8 @@ def submit_command(folder, detach, local, interval, **params):
     """
     from slurmgen.submission import SubmitError, check_submittable, submit_job
 
+    if attach_to is not None:
+        sys.exit(follow_earlier(attach_to, folder, params, detach or local, interval))
     try:
         spec = spec_from_options(params)
         check_submittable(spec)

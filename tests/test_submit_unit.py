@@ -478,3 +478,40 @@ def test_pending_reason_is_shown(monkeypatch):
 
     result = run_cli(monkeypatch, Pending(result={}))
     assert "[PENDING   ] (waiting: PartitionNodeLimit)" in result.stdout.splitlines()
+
+
+# ---------------------------------------------------------------------------- --attach
+@pytest.mark.parametrize("args, message", [
+    (["--attach", "12x"], "--attach '12x': not a Slurm job id (digits, as `--detach` printed)"),
+    (["--attach", "12", "--nodes", "2"],
+     "--attach 12: --nodes cannot be used with --attach, which follows a job already submitted"),
+    (["--attach", "12", "--", "--max_steps", "3"],
+     "--attach 12: training arguments cannot be used with --attach, which follows a job already submitted"),
+    (["--attach", "12", "--detach"],
+     "--attach 12: --detach or --local cannot be used with --attach, which follows a job already submitted"),
+])
+def test_attach_bad_input_is_one_line(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(submit_command, args)
+    assert (result.exit_code, result.output) == (2, f"slurmgen: error: {message}\n")
+
+
+def test_attach_to_a_job_not_submitted_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(submit_command, ["--attach", "77", "--log-dir", "elsewhere"])
+    folder = tmp_path / "elsewhere" / "submitit"
+    assert (result.exit_code, result.output) == (
+        2, f"slurmgen: error: job 77 was not submitted through slurmgen into {folder} (no readable "
+           "77_slurmgen.json; pass the submitit folder it printed with --folder)\n")
+
+
+def test_attach_reads_what_submit_recorded(tmp_path):
+    class FakeJob:
+        job_id = "4242"
+
+    sub = submission.Submission(FakeJob(), tmp_path, 6, tmp_path / "run", False, 1234.5)
+    submission._write_record(sub)
+    again = submission.attach("4242", tmp_path)
+    assert (again.job_id, again.folder, again.world_size, again.output_dir, again.local, again.submitted_at) == (
+        "4242", tmp_path, 6, tmp_path / "run", False, 1234.5)
+    assert again._job.num_tasks == 6 and again._job.task(5).task_id == 5

@@ -132,6 +132,30 @@ def test_detach_returns_job_id_squeue_knows(cluster, tmp_path):
         slurm_helpers.cancel(job_id)
 
 
+@pytest.mark.timeout(480)
+def test_attach_follows_a_detached_job_to_its_result(cluster, assets, tmp_path):
+    proc = run_submit(tmp_path, ["--detach", "--nodes", "2", "--gpus", "1"],
+                      sft_args(assets, tmp_path, steps=STEPS), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job_id = job_id_of(proc)
+    attach = [sys.executable, "-m", "slurmgen.submit", "--attach", job_id, "--folder", str(tmp_path / "submitit")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        # From another process, as a later shell or notebook would: progress, then rank 0's result.
+        followed = subprocess.run(attach, cwd=tmp_path, capture_output=True, text=True, timeout=400, env=env)
+    finally:
+        slurm_helpers.cancel(job_id)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert followed.stdout.startswith(f"following job {job_id}: 2 tasks\n"), followed.stdout
+    assert "[COMPLETED ]" in followed.stdout and f"step {STEPS}/{STEPS}" in followed.stdout
+    metrics = printed_metrics(followed.stdout)
+    assert metrics == json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["global_step"] == STEPS
+    # Once it is over, attaching again gives the same result at once.
+    again = subprocess.run(attach, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 0 and printed_metrics(again.stdout) == metrics, again.stdout + again.stderr
+
+
 @pytest.mark.timeout(60)
 def test_bad_input_refused_like_render(cluster, tmp_path):
     for args, in [(["--nodes", "4", "--gpus", "1,1,2"],), (["--time", "soon"],), (["--bogus"],)]:
