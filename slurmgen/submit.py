@@ -12,6 +12,7 @@ the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input, 1
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Optional
 
@@ -104,8 +105,7 @@ ATTACH_KEEPS = {"log_dir", "profile"}
 
 def follow_earlier(job_id: str, folder: Optional[str], params: dict, other_mode: bool,
                    interval: float) -> int:
-    import os
-
+    """--attach: refuse options that would be ignored, find the job, follow it like a new one."""
     from click.core import ParameterSource
 
     from slurmgen.submission import SubmitError, attach
