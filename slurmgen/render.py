@@ -133,6 +133,8 @@ def run_length(counts) -> str:
 
 def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
+    nodelist_vars = [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
+                     else "SLURM_JOB_NODELIST" for c in plan.components]
     context = {
         "spec": spec,
         "plan": plan,
@@ -143,8 +145,9 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "output_pattern": output_pattern(spec.log_dir),
         "layout": run_length(spec.gpus),
         "port_span": spec.port_range[1] - spec.port_range[0] + 1,
-        "component_nodelist_vars": [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
-                                    else "SLURM_JOB_NODELIST" for c in plan.components],
+        "component_nodelist_vars": nodelist_vars,
+        # Each component's node list as the monitor names it; empty outside an allocation.
+        "component_nodes": [f'"${{{var}:-}}"' for var in nodelist_vars],
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
         "common_options": _common_options(spec),
