@@ -255,6 +255,11 @@ def _executor(spec: JobSpec, folder: Path, local: bool):
     return executor
 
 
+def default_folder(log_dir: str) -> str:
+    """Where submitit's files go unless --folder says otherwise: beside the job logs."""
+    return os.path.join(log_dir, "submitit")
+
+
 def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False) -> "Submission":
     """Submit `spec` (already validated) and return a handle at once.
 
@@ -263,7 +268,7 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
     local: run on this machine with submitit's LocalExecutor (world size = sum of GPUs).
     """
     check_submittable(spec)
-    folder_path = Path(folder or os.path.join(spec.log_dir, "submitit")).expanduser().absolute()
+    folder_path = Path(folder or default_folder(spec.log_dir)).expanduser().absolute()
     executor = _executor(spec, folder_path, local)
     submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:

@@ -12,7 +12,6 @@ the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input, 1
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Optional
 
@@ -108,19 +107,18 @@ def follow_earlier(job_id: str, folder: Optional[str], params: dict, other_mode:
     """--attach: refuse options that would be ignored, find the job, follow it like a new one."""
     from click.core import ParameterSource
 
-    from slurmgen.submission import SubmitError, attach
+    from slurmgen.submission import SubmitError, attach, default_folder
 
     ctx = click.get_current_context()
-    given = [name for name in params if name not in ATTACH_KEEPS
+    given = ["training arguments" if name == "train_args" else "--" + name.replace("_", "-")
+             for name in params if name not in ATTACH_KEEPS
              and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
     if other_mode or given:
-        what = "--detach or --local" if other_mode else f"--{given[0].replace('_', '-')}"
-        if given and given[0] == "train_args":
-            what = "training arguments"
+        what = "--detach or --local" if other_mode else given[0]
         fail(f"--attach {job_id}: {what} cannot be used with --attach, which follows a job "
              f"already submitted")
     try:
-        sub = attach(job_id, folder or os.path.join(params["log_dir"], "submitit"))
+        sub = attach(job_id, folder or default_folder(params["log_dir"]))
     except (SpecError, SubmitError) as err:  # a malformed id, or no such job in that folder
         fail(str(err))
     click.echo(f"following job {sub.job_id}: {sub.world_size} tasks")
