@@ -154,7 +154,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
         "exports": rank_exports(spec),
-        # Leave room inside the grace period for the requeue itself.
-        "stop_wait": max(spec.grace - 15, 5),
+        # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
+        "stop_wait": max(spec.grace - 10, 5),
     }
     return environment().get_template("job.sh.j2").render(context)

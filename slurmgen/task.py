@@ -112,11 +112,19 @@ class _StopOnSignal:
             signal.signal(signal.SIGALRM, lambda *_: self.submitit_handler(signum, None))
             signal.alarm(max(10, self.grace // 2))
 
-    def finish(self) -> None:
-        """After training returned: hand over to submitit (rank 0), or wait to be requeued."""
+    def finish(self, result) -> None:
+        """After training returned: hand over to submitit (rank 0), or wait to be requeued.
+
+        Not when slurmgen's entry point says it finished every step: the warning came after its
+        last stop check, and requeueing would only rerun a finished job. (Every rank has the same
+        metrics; a user's script returns None and is requeued as before.)"""
         if not self.requested:
             return
         signal.alarm(0)
+        if isinstance(result, dict) and result.get("stopped_early") is False:
+            print(f"{START_MARK} training finished before the warning could stop it; not requeueing",
+                  file=sys.stderr, flush=True)
+            return
         if self.is_main:
             self.submitit_handler(self.signum, None)  # checkpoint(), requeue, exit
         else:
@@ -172,7 +180,7 @@ class TrainTask:
             stop.stop_file.unlink(missing_ok=True)  # left over from the run before a requeue
         stop.install()
         result = self._run(stop)
-        stop.finish()
+        stop.finish(result)
         _release_process_group()
         return result
 

@@ -122,16 +122,58 @@ def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp
     assert "component 1 (2 node(s) x 2 GPUs) failed" not in proc.stderr
 
 
-def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
-    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    proc = subprocess.Popen(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def warn_and_wait(script, env):
+    """Run the script, send the time-limit warning (USR2) 2 s in, wait for the end."""
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     time.sleep(2)
     proc.send_signal(signal.SIGUSR2)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+def requeued(tmp_path):
+    return ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+
+
+def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 7"))
+    assert rc == 0, err
     assert "asking every rank to checkpoint" in out
-    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    assert "slurmgen: checkpoint saved at step 7; requeueing job 1234 (restart 1 of at most 3)" in out
+    assert requeued(tmp_path)
+
+
+def test_warning_after_the_last_step_does_not_requeue_a_finished_run(render_args, tmp_path):
+    # The warning lands after rank 0's last stop check: training finishes every step and says
+    # so. Requeueing would rerun a finished job (and, with no restarts left, call it unfinished).
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="finished 85"))
+    assert rc == 0, err
+    assert "slurmgen: training finished (step 85) before the warning could stop it; not requeueing" in out
+    assert not requeued(tmp_path)
+
+
+def test_a_crash_after_the_warning_is_a_failure_not_a_checkpoint(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_STOP_STATUS="5"))
+    assert rc == 5, err
+    assert "slurmgen: ranks failed after the warning with no checkpoint saved; not requeueing" in err
+    assert "requeueing job" not in out
+    assert not requeued(tmp_path)
+
+
+def test_a_program_that_reports_nothing_is_requeued_as_before(render_args, tmp_path):
+    # A user's --script that honours the stop file but writes no outcome: requeued (it may have
+    # checkpointed), without a step in the message.
+    user_script = tmp_path / "train.py"
+    user_script.write_text("")
+    script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--script", str(user_script))
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1"))
+    assert rc == 0, err
+    assert "slurmgen: requeueing job 1234 (restart 1 of at most 3)" in out
+    assert requeued(tmp_path)
 
 
 def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):

@@ -208,6 +208,21 @@ def test_nonzero_exit_of_entry_point_is_an_error(tmp_path, monkeypatch):
         task.TrainTask(target=("script", str(script)))._run(stop)
 
 
+def test_warning_after_the_last_step_does_not_requeue(tmp_path, capsys):
+    """USR2 arrived after the entry point's last stop check: it finished every step, so
+    submitit's requeueing handler is not called; a stopped run (or a user's script) is."""
+    handed_over = []
+    stop = task._StopOnSignal(tmp_path / "stop", True, 30)
+    stop.submitit_handler = lambda signum, frame: handed_over.append(signum)
+    stop.requested = True
+    stop.finish({"stopped_early": False, "global_step": 12})
+    assert handed_over == []
+    assert "training finished before the warning could stop it; not requeueing" in capsys.readouterr().err
+    stop.finish({"stopped_early": True, "global_step": 7})
+    stop.finish(None)
+    assert handed_over == [stop.signum, stop.signum]
+
+
 # ---------------------------------------------------------------------------- failure reports
 def test_pick_failed_task_earliest_then_lowest():
     outcomes = {0: ("success", 5.0), 3: ("error", 10.0), 4: ("error", 10.5), 1: ("error", 30.0)}

@@ -68,9 +68,12 @@ def test_stop_file_before_start(module, tiny, tmp_path, clean_env, capsys):
     main, out = entry(module), tmp_path / "run"
     stop = tmp_path / "stop"
     stop.touch()
+    outcome = tmp_path / "outcome"
     clean_env.setenv("SLURMGEN_STOP_FILE", str(stop))
+    clean_env.setenv("SLURMGEN_OUTCOME_FILE", str(outcome))
     metrics = main(args_for(module, tiny, out, 10, 5))
     assert metrics["stopped_early"] is True and metrics["global_step"] == 1
+    assert outcome.read_text() == "stopped 1\n"  # what the batch script reads to requeue
     assert "slurmgen-train: stop requested, saved checkpoint at step 1" in capsys.readouterr().out
     assert (out / "checkpoint-1" / "slurmgen_complete").is_file()
     assert read_metrics(out)["stopped_early"] is True
@@ -79,6 +82,7 @@ def test_stop_file_before_start(module, tiny, tmp_path, clean_env, capsys):
     again = main(args_for(module, tiny, out, 10, 5))
     assert again["stopped_early"] is False
     assert again["resumed_from_step"] == 1 and again["global_step"] == 10
+    assert outcome.read_text() == "finished 10\n"
 
 
 def stop_when_step(out: Path, stop: Path, step: int, done: threading.Event) -> None:

@@ -29,7 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Variables through which a launcher describes a process; none may leak into a test run.
 DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
              "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE",
-             "SLURMGEN_STOP_FILE", "SLURMGEN_TEST_PARAM_DIGEST_DIR", "CUDA_VISIBLE_DEVICES")
+             "SLURMGEN_STOP_FILE", "SLURMGEN_OUTCOME_FILE", "SLURMGEN_TEST_PARAM_DIGEST_DIR", "CUDA_VISIBLE_DEVICES")
 
 _ASSETS: dict[str, Path] = {}
 

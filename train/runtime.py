@@ -24,9 +24,13 @@ from train.distenv import DistEnv
 LOG_PREFIX = "slurmgen-train:"
 DEFAULT_COLLECTIVE_TIMEOUT = 600
 STOP_FILE_ENV = "SLURMGEN_STOP_FILE"
+# Rank 0 writes "stopped STEP" or "finished STEP" here at the end, so the batch script does not
+# requeue a run whose last step came before the warning could stop it.
+OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"
 DIGEST_DIR_ENV = "SLURMGEN_TEST_PARAM_DIGEST_DIR"
-# Test hook: seconds every rank pauses at each step boundary, so end-to-end tests of time limits
-# get steps of a known minimum length whatever the machine's load.
+# Test hook: seconds every rank pauses at each step boundary in a job's first run (before any
+# requeue), so an end-to-end time-limit test's first run cannot finish before the warning however
+# idle the machine, while the resumed run is not slowed.
 STEP_SLEEP_ENV = "SLURMGEN_TEST_STEP_SLEEP"
 
 
@@ -287,7 +291,7 @@ def stop_requested(is_main: bool) -> bool:
 
     One 1-element all_reduce per call: cheap enough for every step.
     """
-    if os.environ.get(STEP_SLEEP_ENV):
+    if os.environ.get(STEP_SLEEP_ENV) and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
         time.sleep(float(os.environ[STEP_SLEEP_ENV]))
     path = os.environ.get(STOP_FILE_ENV)
     seen = bool(is_main and path and os.path.exists(path))
@@ -459,7 +463,19 @@ def finish(
     if denv.is_main:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         checkpoint.write_json_atomic(Path(output_dir) / "metrics.json", metrics)
+        report_outcome(stopped_early, global_step)
     return metrics
+
+
+def report_outcome(stopped_early: bool, step: int) -> None:
+    """Rank 0's last word to the batch script: how training ended (see OUTCOME_FILE_ENV)."""
+    path = os.environ.get(OUTCOME_FILE_ENV)
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{'stopped' if stopped_early else 'finished'} {step}\n")
+    os.replace(tmp, path)
 
 
 def param_digest(model) -> str:
