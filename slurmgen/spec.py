@@ -264,6 +264,15 @@ def container_args(spec: JobSpec) -> list[str]:
     return flags
 
 
+def gloo_socket_ifname(nccl_value: str) -> Optional[str]:
+    """NCCL's interface list in gloo's terms. gloo takes plain interface names; NCCL also takes
+    "=" (exact names, as gloo does) and "^" (names to avoid), which gloo cannot express: then
+    gloo is left to pick the interface of the host's own address."""
+    if nccl_value.startswith("^"):
+        return None
+    return nccl_value.lstrip("=")
+
+
 def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     """Variables slurmgen's own options set for every rank (before the user's --env), shared by
     rendered scripts and the submit path."""
@@ -271,8 +280,10 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.nccl_debug:
         pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
     if spec.nccl_socket_ifname:
-        pairs += [("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname),
-                  ("GLOO_SOCKET_IFNAME", spec.nccl_socket_ifname)]
+        pairs.append(("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname))
+        gloo = gloo_socket_ifname(spec.nccl_socket_ifname)
+        if gloo:
+            pairs.append(("GLOO_SOCKET_IFNAME", gloo))
     if spec.hf_home:
         pairs.append(("HF_HOME", spec.hf_home))
     if spec.offline:

@@ -13,10 +13,19 @@ def test_nccl_and_cache_exports(render_args, tmp_path):
         "--hf-home", str(tmp_path / "hf cache"), "--offline")
     assert "export NCCL_DEBUG=INFO\n" in text
     assert "export NCCL_SOCKET_IFNAME='^docker,lo'\n" in text
-    assert "export GLOO_SOCKET_IFNAME='^docker,lo'\n" in text
+    # gloo takes plain names only: an NCCL exclusion list must not reach it (gloo would look
+    # for an interface called "^docker").
+    assert "GLOO_SOCKET_IFNAME" not in text
     assert f"export HF_HOME='{tmp_path}/hf cache'\n" in text
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         assert f"export {var}=1\n" in text
+
+
+def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
+    for nccl, gloo in (("ib0", "ib0"), ("'=eth0,eth1'", "'eth0,eth1'")):
+        text, _ = render_text(render_args, "--nccl-socket-ifname", nccl.strip("'"))
+        assert f"export NCCL_SOCKET_IFNAME={nccl}\n" in text
+        assert f"export GLOO_SOCKET_IFNAME={gloo}\n" in text
 
 
 def test_containers_only_when_asked(render_args):

@@ -3,6 +3,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,11 @@ def test_wheel_installs_and_finds_templates(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(wheels), str(REPO)], check=True, cwd=tmp_path)
     wheel = next(wheels.glob("slurmgen-*.whl"))
+    # Python 3.9/3.10 (python_requires >= 3.9) read profiles with tomli, not tomllib.
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert 'Requires-Dist: tomli>=1.1; python_version < "3.11"' in metadata.splitlines(), metadata
+    assert "Requires-Python: >=3.9" in metadata
     fresh = tmp_path / "fresh"
     venv.create(fresh, with_pip=True)
     # Dependencies come from the test venv (no network); slurmgen itself only from the wheel.

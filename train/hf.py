@@ -22,9 +22,9 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     TRL configs default to bf16 and fail in __post_init__ on a machine without bf16
     support, so the choice must be made before the dataclasses are built.
     """
-    bf16 = runtime.bf16_supported()
     cuda = runtime.cuda_available()
-    return {
+    bf16 = runtime.bf16_supported(denv)
+    defaults = {
         # Without use_cpu, accelerate on a GPU-less machine sets up no DDP at all: each rank
         # would train alone. gloo explicitly (accelerate would take mpi where torch has it),
         # but only with several ranks: a backend makes accelerate expect a process group.
@@ -32,15 +32,17 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
         "ddp_backend": "gloo" if denv.distributed and not cuda else None,
         "bf16": bf16,
         "fp16": cuda and not bf16,  # pre-Ampere GPUs: fp16 mixed precision
-        # TRL turns activation checkpointing on by default; with tiny models and CPUs it only
-        # costs time. Off unless asked for (--activation_checkpointing / --gradient_checkpointing).
-        "gradient_checkpointing": None,
         "ddp_timeout": runtime.collective_timeout(),
         # HF turns find_unused_parameters on whenever checkpointing is off: an extra autograd
         # traversal per step for models that use every parameter.
         "ddp_find_unused_parameters": False,
         "report_to": "none",
     }
+    if not cuda:
+        # TRL turns activation checkpointing on by default, as `trl sft` users expect on GPUs;
+        # on CPUs it only costs time: off there unless asked for (--gradient_checkpointing).
+        defaults["gradient_checkpointing"] = None
+    return defaults
 
 
 def count_tokens_by_default(args, argv: list[str]) -> None:

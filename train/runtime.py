@@ -213,10 +213,19 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def bf16_supported() -> bool:
+def bf16_supported(denv: DistEnv | None = None) -> bool:
+    """bf16 in hardware on this rank's own GPU (Ampere and newer).
+
+    torch's default answer counts emulation, so V100/T4 would say yes and train slowly. The
+    rank's device is selected first, so asking creates no CUDA context on GPU 0 for every rank.
+    """
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if not torch.cuda.is_available():
+        return False
+    if denv is not None:
+        torch.cuda.set_device(denv.device_index)
+    return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def bitsandbytes_available() -> bool:

@@ -1,0 +1,49 @@
+"""Machine-dependent training defaults, checked against a stand-in for torch.cuda (no GPU here).
+
+Unit level: what train.hf asks torch and what it then sets on TRL's parser."""
+import pytest
+import torch
+
+from train import hf, runtime
+from train.distenv import DistEnv
+
+
+class FakeCuda:
+    """A GPU machine as torch.cuda reports it: ``hardware_bf16`` for the real answer; with
+    emulation counted, every GPU says yes (what V100s and T4s report by default)."""
+
+    def __init__(self, hardware_bf16: bool):
+        self.hardware_bf16 = hardware_bf16
+        self.calls = []
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "set_device", lambda d: self.calls.append(("set_device", d)))
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", self.is_bf16_supported)
+
+    def is_bf16_supported(self, including_emulation=True):
+        self.calls.append(("is_bf16_supported", including_emulation))
+        return self.hardware_bf16 or including_emulation
+
+
+@pytest.mark.parametrize("hardware, bf16, fp16", [(True, True, False), (False, False, True)])
+def test_bf16_is_the_hardware_answer_on_the_ranks_own_gpu(monkeypatch, hardware, bf16, fp16):
+    cuda = FakeCuda(hardware)
+    cuda.install(monkeypatch)
+    denv = DistEnv(rank=3, local_rank=1, world_size=6, local_world_size=2, launcher="torchrun")
+    defaults = hf.capability_defaults(denv)
+    assert (defaults["bf16"], defaults["fp16"]) == (bf16, fp16)
+    # The rank's own device first, so asking creates no context on GPU 0; then no emulation.
+    assert cuda.calls == [("set_device", denv.device_index), ("is_bf16_supported", False)]
+
+
+def test_gradient_checkpointing_keeps_trls_default_on_gpus(monkeypatch):
+    FakeCuda(True).install(monkeypatch)
+    assert "gradient_checkpointing" not in hf.capability_defaults(DistEnv())
+
+
+def test_gradient_checkpointing_off_on_cpus():
+    assert not torch.cuda.is_available()
+    defaults = hf.capability_defaults(DistEnv())
+    assert "gradient_checkpointing" in defaults and not defaults["gradient_checkpointing"]
+    assert runtime.bf16_supported(DistEnv()) is False and defaults["use_cpu"] is True
