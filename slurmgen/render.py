@@ -11,7 +11,7 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
-from slurmgen.spec import container_args, rank_exports
+from slurmgen.spec import container_args, job_port_shell, rank_exports
 
 
 def template_dir() -> Path:
@@ -144,7 +144,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "log_dir": spec.log_dir,
         "output_pattern": output_pattern(spec.log_dir),
         "layout": run_length(spec.gpus),
-        "port_span": spec.port_range[1] - spec.port_range[0] + 1,
+        "job_port": job_port_shell(spec.port_range),
         "component_nodelist_vars": nodelist_vars,
         # Each component's node list as the monitor names it; empty outside an allocation.
         "component_nodes": [f'"${{{var}:-}}"' for var in nodelist_vars],

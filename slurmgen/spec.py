@@ -107,6 +107,21 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+# The master port of a job: LOW + job id % span, the same for every task of the job and
+# different for neighbouring jobs. Rendered scripts evaluate it in the batch shell, the submit
+# path in each task; both come from here (the training side only reads MASTER_PORT).
+def job_port(job_id: str, port_range: tuple[int, int]) -> int:
+    low, high = port_range
+    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
+    return low + int(digits) % (high - low + 1)
+
+
+def job_port_shell(port_range: tuple[int, int]) -> str:
+    """job_port as shell arithmetic on $SLURM_JOB_ID."""
+    low, high = port_range
+    return f"{low} + SLURM_JOB_ID % {high - low + 1}"
+
+
 def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
     if value is not None and not pattern.match(value):
         raise SpecError(f"{option} {value!r}: contains characters Slurm does not accept here")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from slurmgen.spec import train_arg
+from slurmgen.spec import job_port, train_arg
 
 # Rank variables a task may inherit from the submitting shell (say, a torchrun worker or an
 # salloc shell); they describe that process, not this job, so they are cleared first.
@@ -50,13 +50,6 @@ def local_rank_env(env: MutableMapping[str, str], master_port: int) -> None:
                MASTER_ADDR=LOCAL_MASTER_ADDR, MASTER_PORT=str(master_port))
 
 
-def derived_port(job_id: str, port_range: tuple) -> int:
-    """The port every task of a job derives alike, as rendered scripts do: LOW + id % span."""
-    low, high = port_range
-    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
-    return low + int(digits) % (high - low + 1)
-
-
 def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[int],
                     collective_timeout: Optional[int], threads: Optional[int] = None,
                     port_range: tuple = (20000, 29999)) -> None:
@@ -71,7 +64,7 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
     if env.get("SUBMITIT_EXECUTOR") == "local":
         local_rank_env(env, master_port or 29500)
     else:  # a requeued job keeps its id, hence its port
-        env["MASTER_PORT"] = str(master_port or derived_port(job_id_of(env), port_range))
+        env["MASTER_PORT"] = str(master_port or job_port(job_id_of(env), port_range))
 
 
 def job_id_of(env) -> str:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train.distenv import DistEnv, DistEnvError, setup, slurm_job_port  # noqa: E402
+from train.distenv import DistEnv, DistEnvError, setup  # noqa: E402
 
 
 def slurm_task(procid, nodeid, localid, *, ntasks=6, per_node="1(x2),2(x2)", nodes="node[1-4]",
@@ -21,6 +21,7 @@ def slurm_task(procid, nodeid, localid, *, ntasks=6, per_node="1(x2),2(x2)", nod
         "SLURM_NODEID": str(nodeid), "SLURM_LOCALID": str(localid), "SLURM_NTASKS": str(ntasks),
         "SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_STEP_TASKS_PER_NODE": per_node,
         "SLURM_STEP_NODELIST": nodes, "SLURM_JOB_NODELIST": nodes,
+        "MASTER_PORT": "24345",  # what slurmgen's scripts export (derived from the job id)
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -68,9 +69,21 @@ def test_slurm_uneven_one_task_per_gpu(task, expect):
     assert (d.rank, d.local_rank, d.local_world_size) == expect
     assert d.world_size == 6 and d.launcher == "slurm"
     assert d.node_rank == task[1]
-    # No MASTER_* set: first host of the node list, port from the job id.
+    # No MASTER_ADDR set: the first host of the node list; the port is the exported one.
     assert d.master_addr == "node1"
-    assert d.master_port == slurm_job_port(12345) == 20000 + 12345 % 20000
+    assert d.master_port == 24345
+
+
+def test_slurm_tasks_need_the_exported_port():
+    """The port is derived in one place (slurmgen.spec, exported by the scripts and the submit
+    path); a task without it says so instead of guessing a port of its own."""
+    env = slurm_task(1, 1, 0)
+    del env["MASTER_PORT"]
+    with pytest.raises(DistEnvError, match="MASTER_PORT is not set: slurmgen's scripts export it"):
+        DistEnv.from_environ(env)
+    alone = slurm_task(0, 0, 0, ntasks=1, per_node="1", nodes="node1")
+    del alone["MASTER_PORT"]
+    assert DistEnv.from_environ(alone).master_port == 29500
 
 
 def test_slurm_master_from_environment_wins():
@@ -107,9 +120,9 @@ def test_het_job_rank_offset(task, expect):
     d = DistEnv.from_environ(env)
     assert (d.rank, d.local_world_size, d.world_size) == (*expect, 6)
     assert d.local_rank == localid
-    # Rank 0 lives on component 0's first node; every component derives the same port.
+    # Rank 0 lives on component 0's first node.
     assert d.master_addr == "node1"
-    assert d.master_port == slurm_job_port(700)
+    assert d.master_port == 24345
 
 
 def test_batch_script_is_not_a_task():
@@ -147,7 +160,7 @@ def test_export_sets_torch_variables():
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                 "MASTER_ADDR", "MASTER_PORT")} == {
         "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2",
-        "MASTER_ADDR": "node1", "MASTER_PORT": str(slurm_job_port(12345))}
+        "MASTER_ADDR": "node1", "MASTER_PORT": "24345"}
     # Reading back the exported variables gives the same placement.
     again = DistEnv.from_environ(env)
     assert (again.rank, again.local_rank, again.world_size, again.local_world_size) == (5, 1, 6, 2)

@@ -66,3 +66,17 @@ def test_offline_missing_local_path_is_not_fetched(render_args, tmp_path, monkey
     assert result.exit_code == 1
     assert result.stderr == ("slurmgen: error: --model_name_or_path './models/typo': no such local path,"
                              " and not a hub name (OWNER/NAME)\n")
+
+
+def test_master_port_is_one_formula_for_scripts_and_tasks():
+    """The batch shell's MASTER_PORT and the submit path's are the same function of the job id."""
+    import subprocess
+
+    from slurmgen.spec import job_port, job_port_shell
+
+    for port_range in ((20000, 29999), (31000, 31007)):
+        for job_id in (1, 7, 10_007, 123_456_789):
+            shell = subprocess.run(["bash", "-c", f"echo $(( {job_port_shell(port_range)} ))"],
+                                   env={"SLURM_JOB_ID": str(job_id)}, capture_output=True, text=True)
+            assert int(shell.stdout) == job_port(str(job_id), port_range)
+            assert port_range[0] <= job_port(str(job_id), port_range) <= port_range[1]

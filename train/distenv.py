@@ -48,11 +48,6 @@ def visible_device_count(env: Mapping[str, str]) -> int | None:
     return len([d for d in raw.split(",") if d.strip()])
 
 
-def slurm_job_port(job_id: int) -> int:
-    """A port every task of a job derives alike, spread so neighbouring jobs differ."""
-    return 20000 + job_id % 20000
-
-
 @dataclass(frozen=True)
 class DistEnv:
     rank: int = 0
@@ -154,7 +149,7 @@ class DistEnv:
             world_size=world,
             local_world_size=local_world,
             master_addr=env.get("MASTER_ADDR") or _first_slurm_host(env, het=offset > 0),
-            master_port=_int(env, "MASTER_PORT", slurm_job_port(_slurm_job_id(env))),
+            master_port=_master_port(env, world),
             node_rank=node_id,
             launcher="slurm",
             visible_devices=visible,
@@ -194,10 +189,13 @@ def _in_slurm_step(env: Mapping[str, str]) -> bool:
     return any(k in env for k in ("SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_ID"))
 
 
-def _slurm_job_id(env: Mapping[str, str]) -> int:
-    # Each het component has its own SLURM_JOB_ID (leader + component index);
-    # SLURM_HET_JOB_ID is the leader's, the same for all of them.
-    return _int(env, "SLURM_HET_JOB_ID", _int(env, "SLURM_JOB_ID", 0))
+def _master_port(env: Mapping[str, str], world: int) -> int:
+    # slurmgen's scripts and submit path derive the port from the job id (slurmgen.spec, the one
+    # place that formula lives) and export it; tasks never guess one of their own.
+    if world > 1 and not env.get("MASTER_PORT"):
+        raise DistEnvError("MASTER_PORT is not set: slurmgen's scripts export it; "
+                           "for an srun of your own, export MASTER_PORT (and MASTER_ADDR) first")
+    return _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
 
 
 def _first_slurm_host(env: Mapping[str, str], het: bool) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn
 
 from train import checkpoint
-from train.distenv import DistEnv
+from train.distenv import DistEnv, DistEnvError
 
 LOG_PREFIX = "slurmgen-train:"
 DEFAULT_COLLECTIVE_TIMEOUT = 600
@@ -41,10 +41,11 @@ class UsageError(Exception):
 
 @contextlib.contextmanager
 def cli_errors() -> Iterator[None]:
-    """Turn UsageError (and argument-parser ValueErrors) into `error: ...` and exit 2."""
+    """Turn UsageError (and argument-parser ValueErrors, an impossible launch environment) into
+    `error: ...` and exit 2."""
     try:
         yield
-    except UsageError as exc:
+    except (UsageError, DistEnvError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
