@@ -21,7 +21,8 @@ PROBE = textwrap.dedent('''
         time.sleep(600)  # the healthy ranks would hang here without fail-fast
     info = {"rank": rank, "world": dist.get_world_size(), "host": socket.gethostname(),
             "local_rank": int(os.environ["LOCAL_RANK"]),
-            "local_world": int(os.environ["LOCAL_WORLD_SIZE"])}
+            "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+            "node_rank": int(os.environ["GROUP_RANK"])}
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, info)
     if rank == 0:
@@ -89,10 +90,12 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_users_own_script_sees_every_rank(submit_job, tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
+    """A plain init_process_group() script: every launcher gives it torchrun's variables."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    job = submit_job([*UNEVEN, "--script", str(probe)], [str(tmp_path / "ranks.json")])
+    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(probe)], [str(tmp_path / "ranks.json")])
     assert job.state == "COMPLETED", job.log
     import json
     ranks = json.loads((tmp_path / "ranks.json").read_text())
@@ -101,6 +104,7 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path):
     assert [r["host"] for r in ranks] == ["node1", "node2", "node3", "node3", "node4", "node4"]
     assert [r["local_world"] for r in ranks] == [1, 1, 2, 2, 2, 2]
     assert [r["local_rank"] for r in ranks] == [0, 0, 0, 1, 0, 1]
+    assert [r["node_rank"] for r in ranks] == [0, 1, 2, 2, 3, 3]
 
 
 @pytest.mark.timeout(300)

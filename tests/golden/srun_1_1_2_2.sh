@@ -188,14 +188,16 @@ watch_components() {
 
 TARGET=(-m train.ddp_loop)
 
-# Component 0: one task per GPU.
-SLURMGEN_RANK_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' "${SLURM_JOB_NODELIST_HET_GROUP_0:-}" \
+# Component 0: one task per GPU, each given torchrun's variables (RANK, LOCAL_RANK, GROUP_RANK, ...).
+SLURMGEN_RANK_OFFSET=0 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' "${SLURM_JOB_NODELIST_HET_GROUP_0:-}" \
     srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    bash -c 'export RANK=$(( SLURMGEN_RANK_OFFSET + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=1; exec "$@"' rank \
     python3 "${TARGET[@]}"
 
-# Component 1: one task per GPU.
-SLURMGEN_RANK_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLURM_JOB_NODELIST_HET_GROUP_1:-}" \
+# Component 1: one task per GPU, each given torchrun's variables (RANK, LOCAL_RANK, GROUP_RANK, ...).
+SLURMGEN_RANK_OFFSET=2 SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLURM_JOB_NODELIST_HET_GROUP_1:-}" \
     srun --het-group=1 --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
+    bash -c 'export RANK=$(( SLURMGEN_RANK_OFFSET + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=2; exec "$@"' rank \
     python3 "${TARGET[@]}"
 
 watch_components
