@@ -45,19 +45,13 @@ def prefetch(spec: JobSpec, log=print) -> None:
         raise PrefetchError("--offline needs huggingface_hub on this node to fetch "
                             f"{names[0][1]!r} (pip install huggingface_hub)") from None
     cache: Optional[str] = spec.hf_home
+    # huggingface_hub fixes its cache path when it is imported, so HF_HOME set now would be
+    # ignored: the directory is passed explicitly, where the ranks' HF_HOME=DIR will look (DIR/hub).
+    cache_dir = os.path.join(cache, "hub") if cache else None
     for repo_type, repo_id in names:
-        log(f"fetching {repo_type} {repo_id} into {cache or 'the default Hugging Face cache'}")
-        previous = os.environ.get("HF_HOME")
-        if cache:
-            os.environ["HF_HOME"] = cache
+        log(f"fetching {repo_type} {repo_id} into {cache_dir or 'the default Hugging Face cache'}")
         try:
-            snapshot_download(repo_id=repo_id, repo_type=repo_type)
+            snapshot_download(repo_id=repo_id, repo_type=repo_type, cache_dir=cache_dir)
         except Exception as err:  # network, auth, missing repo: one line for the user
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise PrefetchError(f"--offline: cannot fetch {repo_type} {repo_id!r}: {first}") from None
-        finally:
-            if cache:
-                if previous is None:
-                    os.environ.pop("HF_HOME", None)
-                else:
-                    os.environ["HF_HOME"] = previous
