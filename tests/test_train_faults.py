@@ -150,3 +150,26 @@ def test_explicit_resume_only_until_own_checkpoint(tiny, tmp_path, clean_env):
     assert m["resumed_from_step"] == 5 and m["global_step"] == 7
     m = main(args_for("train.sft", tiny, tmp_path / "b", 8, 1) + given)
     assert m["resumed_from_step"] == 7 and m["global_step"] == 8
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("module", MODULES)
+def test_save_total_limit_never_leaves_no_complete_checkpoint(module, tiny, tmp_path, clean_env, monkeypatch):
+    """With --save_total_limit 1 the old checkpoint may go only once the new one is complete:
+    transformers deletes it before the marker is written, so a kill in between left none."""
+    from train import checkpoint
+
+    main, out = entry(module), tmp_path / "run"
+    complete_before_each_marker = []
+    mark = checkpoint.mark_complete
+
+    def observe(path, step=None):
+        complete_before_each_marker.append(
+            [p.name for _, p in checkpoint.list_checkpoints(out) if checkpoint.is_complete(p)])
+        mark(path, step)
+
+    monkeypatch.setattr(checkpoint, "mark_complete", observe)
+    main(args_for(module, tiny, out, 6, 2) + ["--save_total_limit", "1"])
+    # While checkpoint-4 and checkpoint-6 were being marked, the previous one was still there.
+    assert complete_before_each_marker[1:] == [["checkpoint-2"], ["checkpoint-4"]]
+    assert [p.name for _, p in checkpoint.list_checkpoints(out)] == ["checkpoint-6"]

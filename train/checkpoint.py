@@ -123,10 +123,14 @@ def staged_checkpoint(output_dir: str | os.PathLike, step: int) -> Iterator[Path
     _fsync_dir(Path(output_dir))
 
 
-def prune(output_dir: str | os.PathLike, keep: int | None) -> None:
-    """Keep the newest ``keep`` complete checkpoints (None or <= 0: keep all)."""
+def prune(output_dir: str | os.PathLike, keep: int | None, protect: str | os.PathLike | None = None) -> None:
+    """Keep the newest ``keep`` complete checkpoints (None or <= 0: keep all), and ``protect``
+    (e.g. the best model's) besides. Called after the newest one's marker is written, so a kill
+    at any moment leaves at least one complete checkpoint."""
     if not keep or keep <= 0:
         return
     complete = [(s, p) for s, p in list_checkpoints(output_dir) if is_complete(p)]
+    keep_too = Path(protect).resolve() if protect else None
     for _, path in complete[:-keep]:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.resolve() != keep_too:
+            shutil.rmtree(path, ignore_errors=True)

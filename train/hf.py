@@ -73,9 +73,10 @@ def global_batch(args) -> int:
 class ContractCallback(TrainerCallback):
     """progress.jsonl, checkpoint markers and the stop file for an HF Trainer."""
 
-    def __init__(self, denv: DistEnv, progress: runtime.ProgressLog):
+    def __init__(self, denv: DistEnv, progress: runtime.ProgressLog, keep: int | None = None):
         self.denv = denv
         self.progress = progress
+        self.keep = keep  # the user's save_total_limit: old checkpoints go after the new one is marked
         self.stopped_at: int | None = None
         self.t_begin = self.t_end = 0.0
         self.step_begin = 0
@@ -108,6 +109,7 @@ class ContractCallback(TrainerCallback):
             checkpoint.mark_complete(
                 checkpoint.checkpoint_path(args.output_dir, state.global_step), state.global_step
             )
+            checkpoint.prune(args.output_dir, self.keep, protect=state.best_model_checkpoint)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.t_end = time.time()
@@ -119,7 +121,10 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None,
     """Resume if possible, train, then write metrics. ``extra_after(stopped)`` adds metrics."""
     args = trainer.args
     progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch(args))
-    cb = ContractCallback(denv, progress)
+    # transformers deletes old checkpoints right after writing a new one, before the callback
+    # marks it complete: a kill in between would leave none. The callback rotates instead.
+    keep, args.save_total_limit = args.save_total_limit, None
+    cb = ContractCallback(denv, progress, keep)
     trainer.add_callback(cb)
 
     resume = runtime.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
