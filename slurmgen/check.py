@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from slurmgen.cluster import ClusterInfo, Node
@@ -39,6 +40,29 @@ def _suggest(usable: list[Node]) -> str:
     return f"suggestion: --nodes {len(counts)} --gpus {layout} fits the usable nodes here"
 
 
+_UNITS_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def memory_mb(size: str | None) -> int | None:
+    """--mem as megabytes (Slurm's default unit); None when not given or 0 (the whole node)."""
+    if not size:
+        return None
+    m = re.fullmatch(r"(\d+)([KMGT]?)B?", size.upper())
+    if not m or int(m.group(1)) == 0:
+        return None
+    return int(int(m.group(1)) * _UNITS_MB[m.group(2) or "M"])
+
+
+def _short_of(node: Node, cpus: int, mem: int | None) -> str | None:
+    """What a node with enough GPUs lacks for one of a component's nodes, if anything."""
+    missing = []
+    if node.cpus and node.cpus < cpus:
+        missing.append(f"{node.cpus} CPUs (needs {cpus})")
+    if mem and node.memory_mb and node.memory_mb < mem:
+        missing.append(f"{node.memory_mb} MB of memory (needs {mem})")
+    return f"{node.name} has the GPUs but {' and '.join(missing)}" if missing else None
+
+
 def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
     spec = plan.spec
     partition = spec.partition or cluster.default_partition
@@ -57,12 +81,16 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
             verdict.lines.append(f"note: {_describe(node)}; not counted")
     taken: set[str] = set()
     per_component: dict[int, list[str]] = {}
+    mem = memory_mb(spec.mem)
     # Largest GPU counts first, each on the smallest nodes that suffice, so small jobs leave room.
     for comp in sorted(plan.components, key=lambda c: -c.gpus_per_node):
         pinned = set(spec.nodelist[i] for i, g in enumerate(spec.gpus) if g == comp.gpus_per_node) \
             if spec.nodelist else None
-        fits = sorted((n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
-                       and (pinned is None or n.name in pinned)), key=lambda n: (n.gpus, n.name))
+        cpus = comp.tasks_per_node * comp.cpus_per_task
+        candidates = [n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
+                      and (pinned is None or n.name in pinned)]
+        short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]
+        fits = sorted((n for n in candidates if not _short_of(n, cpus, mem)), key=lambda n: (n.gpus, n.name))
         label = f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
         if len(fits) >= comp.nodes:
             chosen = fits[:comp.nodes]
@@ -74,6 +102,7 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
         lines = [f"{label}: cannot run: needs {comp.nodes} node(s) with >= {comp.gpus_per_node}"
                  f" GPU(s) in partition {partition}; {len(fits)} usable ({names})"]
         lines += [f"  {_describe(n)}" for n in members if not n.usable and n.gpus >= comp.gpus_per_node]
+        lines += [f"  {why}" for why in short]
         per_component[comp.index] = lines
     for index in sorted(per_component):
         verdict.lines += per_component[index]

@@ -17,6 +17,7 @@ class Node:
     state: str
     cpus: int
     reason: str = ""
+    memory_mb: int = 0  # RealMemory; 0 when unknown
 
     @property
     def usable(self) -> bool:
@@ -51,19 +52,20 @@ def gpu_count(gres: str) -> int:
 
 
 def parse_sinfo(text: str) -> tuple[str, list[Node]]:
-    """Lines of `sinfo -h -N -o '%N|%P|%G|%T|%c|%E'` -> (default partition, nodes)."""
+    """Lines of `sinfo -h -N -o '%N|%P|%G|%T|%c|%E|%m'` -> (default partition, nodes)."""
     default = ""
     nodes = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        name, partition, gres, state, cpus, reason = (line.split("|", 5) + [""] * 6)[:6]
+        name, partition, gres, state, cpus, reason, memory = (line.split("|", 6) + [""] * 7)[:7]
         if partition.endswith("*"):
             partition = partition[:-1]
             default = partition
         nodes.append(Node(name=name, partition=partition, gpus=gpu_count(gres), state=state,
                           cpus=int(cpus) if cpus.isdigit() else 0,
-                          reason="" if reason in ("none", "(null)") else reason))
+                          reason="" if reason in ("none", "(null)") else reason,
+                          memory_mb=int(memory) if memory.isdigit() else 0))
     return default, nodes
 
 
@@ -82,5 +84,5 @@ def _run(cmd: list[str]) -> str:
 
 def query() -> ClusterInfo:
     version = _run(["sinfo", "--version"]).strip()
-    default, nodes = parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%G|%T|%c|%E"]))
+    default, nodes = parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%G|%T|%c|%E|%m"]))
     return ClusterInfo(version=version, default_partition=default, nodes=tuple(nodes))

@@ -52,3 +52,18 @@ def test_exclude_and_pinned_nodes_are_respected():
     assert excluded.ok and "can run on node2, node3" in excluded.text()
     v = verdict((1, 1), nodelist=("node1", "node3"))
     assert v.ok and "can run on node1, node3" in v.text()
+
+
+def test_cpus_and_memory_count_as_well_as_gpus():
+    """A node with the GPUs but too few CPUs or too little memory for its component is named."""
+    default, nodes = parse_sinfo("node1|debug*|gpu:2|idle|16|none|64000\n"
+                                 "node2|debug*|gpu:2|idle|4|none|64000\n"
+                                 "node3|debug*|gpu:2|idle|16|none|8000\n")
+    small = ClusterInfo(version="slurm 22.05.8", default_partition=default, nodes=tuple(nodes))
+    fits = assess(materialize(JobSpec(gpus=(2,), cpus_per_gpu=4, mem="16G").validate()), small)
+    assert fits.ok and "can run on node1" in fits.text()
+    v = assess(materialize(JobSpec(gpus=(2, 2), cpus_per_gpu=4, mem="16G").validate()), small)
+    assert not v.ok
+    assert "1 usable (node1)" in v.text()
+    assert "  node2 has the GPUs but 4 CPUs (needs 8)" in v.text()
+    assert "  node3 has the GPUs but 8000 MB of memory (needs 16384)" in v.text()
