@@ -4,6 +4,7 @@ Unit level only: this checks the script's own arithmetic (node ranks, master add
 fail-fast, requeue on the warning signal). The end-to-end tests run the same scripts on Slurm.
 """
 import json
+import re
 import os
 import signal
 import subprocess
@@ -217,3 +218,17 @@ def test_warning_during_setup_is_not_lost(render_args, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "asking every rank to checkpoint" in proc.stdout
     assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+
+
+def test_preflight_stops_components_that_share_a_node(render_args, tmp_path):
+    # Under the shims every "node" is this machine: as if Slurm had put two het components on
+    # one host. Preflight counts distinct hosts, not reports, and stops the job before training.
+    out = tmp_path / "job.sh"
+    result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"),
+                         "--nodes", "4", "--gpus", "1,1,2,2", "--python", sys.executable)
+    assert result.exit_code == 0, result.output
+    proc = subprocess.run(["bash", str(out)], env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "slurmgen: preflight failed; not starting training:" in proc.stdout
+    assert re.search(r"^  \(job\)\s+distinct nodes\s+1\s+4$", proc.stdout, re.M), proc.stdout
+    assert not calls(tmp_path, "torchrun")

@@ -45,15 +45,13 @@ import importlib.metadata as md, importlib.util, json, os, socket, sys, platform
 def version(name):
     try: return md.version(name)
     except md.PackageNotFoundError: return "missing"
-torch = version("torch")
 nccl = next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) if v != "missing"), "none")
 kind, target, model, expected = sys.argv[1:5]
 try: found = importlib.util.find_spec(target) is not None if kind == "module" else os.path.isfile(target)
 except ImportError: found = False
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
-    "host": socket.gethostname(), "python": platform.python_version(), "torch": torch,
-    "cuda": torch.split("+", 1)[1] if "+" in torch else "default", "nccl": nccl,
+    "host": socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
     "model": "not checked" if not model else ("found" if os.path.exists(model) else "MISSING: " + model),
@@ -62,8 +60,9 @@ PY
 read -r -d '' SLURMGEN_PREFLIGHT_COMPARE <<'PY'
 import collections, json, sys
 reports = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("SLURMGEN_PREFLIGHT ")]
-problems = [("(job)", "nodes reporting", str(len(reports)), sys.argv[2])] if len(reports) != int(sys.argv[2]) else []
-for f in ("python", "torch", "cuda", "nccl", "transformers", "trl", "datasets"):
+hosts = len({r["host"] for r in reports})  # fewer: a report is missing, or components share a node
+problems = [("(job)", "distinct nodes", str(hosts), sys.argv[2])] if hosts != int(sys.argv[2]) else []
+for f in ("python", "torch", "nccl", "transformers", "trl", "datasets"):
     usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
     problems += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
 for r in reports:
