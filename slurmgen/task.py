@@ -108,17 +108,20 @@ class _StopOnSignal:
     def finish(self, result) -> None:
         """After training returned: hand over to submitit (rank 0), or wait to be requeued.
 
-        Not when slurmgen's entry point says it finished every step: the warning came after its
-        last stop check, and requeueing would only rerun a finished job. (Every rank has the same
-        metrics; a user's script returns None and is requeued as before.)"""
-        if not self.requested:
+        Also when the entry point stopped without USR2 (SIGTERM: preemption where the site sends
+        no user signal). Not when it says it finished every step: the warning came after its last
+        stop check, and requeueing would only rerun a finished job. Every rank has the same
+        metrics; a user's script returns None and is requeued on USR2 as before."""
+        stopped = isinstance(result, dict) and result.get("stopped_early") is True
+        if not (self.requested or stopped):
             return
         signal.alarm(0)
         if isinstance(result, dict) and result.get("stopped_early") is False:
             print(f"{START_MARK} training finished before the warning could stop it; not requeueing",
                   file=sys.stderr, flush=True)
-            return
-        if self.is_main:
+        elif not callable(self.submitit_handler):
+            return  # no requeueing executor (local runs)
+        elif self.is_main:
             self.submitit_handler(self.signum, None)  # checkpoint(), requeue, exit
         else:
             time.sleep(self.grace + 60)  # `scontrol requeue` ends this task first

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Lifecycle checks for tests/localcluster.sh: down / up / down / up cycles, idempotence, a job
 # killed by `down`, a pre-existing slurm.conf kept and restored, another layout, the 127.0.0.1
-# fallback, a broken cluster repaired by `up`, and after every `down`: no daemon, namespace,
-# link, hosts line or config link of ours is left. Needs root. Prints "N passed, M failed" and
+# fallback, a broken cluster repaired by `up`, the production profile (cgroups, memory, preemption)
+# where the kernel allows it and the plain one on request, and after every `down`: no daemon,
+# namespace, link, hosts line, config link or cgroup of ours is left. Needs root. Prints "N passed, M failed" and
 # exits 1 on any failure. The cluster ends as it started: up (same layout) or down.
 set -uo pipefail
 
@@ -68,6 +69,8 @@ nothing_left() {
     grep -qE '\snode[0-9]+(\s|$)' /etc/hosts && problems+=("node names left in /etc/hosts")
     [[ -L $ETC_CONF && $(readlink "$ETC_CONF") == "$STATE"/* ]] && problems+=("$ETC_CONF still links to $STATE")
     [[ -e $STATE/run ]] && problems+=("$STATE/run left")
+    compgen -G '/sys/fs/cgroup/*/slurm_node*' >/dev/null &&
+        problems+=("cgroups left: $(compgen -G '/sys/fs/cgroup/*/slurm_node*' | tr '\n' ' ')")
     if [[ ${#problems[@]} -gt 0 ]]; then
         printf '%s\n' "${problems[@]}"
         return 1
@@ -92,6 +95,18 @@ hostnames_are() {
 }
 
 layout_mode_is() { grep -qx "MODE=$1" "$STATE/layout" || { cat "$STATE/layout"; return 1; }; }
+layout_profile_is() { grep -qx "PROFILE=$1" "$STATE/layout" || { cat "$STATE/layout"; return 1; }; }
+
+# production_here: the kernel has read-write cgroup v1 controllers for task/cgroup
+production_here() {
+    local c
+    for c in cpuset memory devices; do
+        awk -v m="/sys/fs/cgroup/$c" '$2 == m && $3 == "cgroup" && $4 ~ /(^|,)rw(,|$)/ { ok = 1 } END { exit !ok }' /proc/mounts || return 1
+    done
+}
+
+# job_cgroup_exists JOB: task/cgroup made the job's device cgroup on some node
+job_cgroup_exists() { compgen -G "/sys/fs/cgroup/devices/slurm_node*/uid_*/job_$1" >/dev/null; }
 
 down_and_check() {
     snapshot
@@ -122,6 +137,15 @@ check "after the second down: nothing left" nothing_left
 lc up
 check "up (default 1,1,2,2) exits 0 [${LC_MS} ms]" rc_is 0
 check "status after up exits 0" status_is 0
+if production_here; then
+    check "the default profile is production where the kernel allows it" layout_profile_is production
+    check "production: task/cgroup, CR_Core_Memory, preemption, cgroup.conf" grep -q \
+        -e 'TaskPlugin=task/cgroup,task/affinity' "$STATE/etc/slurm.conf"
+    check "production: an urgent partition preempts debug" grep -q 'PartitionName=urgent .*PriorityTier=10' "$STATE/etc/slurm.conf"
+    check "production: devices, cores and memory constrained" grep -q 'ConstrainDevices=yes' "$STATE/etc/cgroup.conf"
+else
+    check "without cgroup v1 the default falls back to plain and says why" grep -q 'cannot run here' "$WORK/lc.out"
+fi
 check "jobs run on node1..node4 with their own hostnames" hostnames_are 4
 check "$ETC_CONF links to the state dir" test "$(readlink "$ETC_CONF")" = "$STATE/etc/slurm.conf"
 lc up
@@ -133,6 +157,9 @@ check "up --gpus 2,2 while up with 1,1,2,2 is refused" test "$LC_RC" -ne 0
 job=$(sbatch --parsable -N2 -o /dev/null --wrap "srun bash -c 'echo \$\$ >> $WORK/job.pids; sleep 300'")
 for _ in $(seq 1 100); do [[ $(wc -l 2>/dev/null <"$WORK/job.pids" || echo 0) -ge 2 ]] && break; sleep 0.1; done
 check "a 2-node job is running (pids recorded)" test "$(wc -l 2>/dev/null <"$WORK/job.pids" || echo 0)" -ge 2
+if production_here; then
+    check "production: the running job has its own device cgroup" job_cgroup_exists "$job"
+fi
 last_job=$job
 down_and_check "with a running job"
 job_gone() {
@@ -152,8 +179,9 @@ if [[ ! -e $ETC_CONF && ! -e $BACKUP ]]; then
     made_conf=1
 fi
 before=$(cat "$ETC_CONF" 2>/dev/null)
-lc up --gpus 2,2
-check "up --gpus 2,2 exits 0 [${LC_MS} ms]" rc_is 0
+lc up --gpus 2,2 --profile plain
+check "up --gpus 2,2 --profile plain exits 0 [${LC_MS} ms]" rc_is 0
+check "plain profile: task/none, no cgroup.conf" test "$(grep -c 'TaskPlugin=task/none' "$STATE/etc/slurm.conf")" = 1 -a ! -e "$STATE/etc/cgroup.conf"
 check "2-node layout: node1 node2" hostnames_are 2
 check "sinfo shows gpu:2 on both nodes" test "$(sinfo -h -N -o '%G' | sort -u)" = "gpu:2"
 job=$(sbatch --parsable -o /dev/null --wrap true)

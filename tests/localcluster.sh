@@ -2,7 +2,8 @@
 # A real multi-node Slurm cluster on one machine, for slurmgen's end-to-end tests.
 #
 #   tests/localcluster.sh install                 # Debian packages (slurm-wlm slurm-client munge iproute2)
-#   tests/localcluster.sh up [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
+#   tests/localcluster.sh up [--profile auto|production|plain] [--gpus 1,1,2,2] [--nodes N]
+#                            [--cpus 16] [--mem 32000] [--cred-expire 120]
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
 #   tests/localcluster.sh down                    # stop what `up` started, remove what it made
 #
@@ -12,6 +13,15 @@
 # (major 195, like /dev/nvidiaN) declared as GRES, so Slurm hands out CUDA_VISIBLE_DEVICES etc.
 # Where network namespaces cannot be made (or SLURMGEN_CLUSTER_NONS=1), every slurmd listens on
 # 127.0.0.1 on its own port instead (hostnames still nodeN where a UTS namespace can be made).
+#
+# Profiles: "production" is configured like a real GPU site: task/cgroup with cgroup v1
+# (ConstrainDevices, ConstrainCores, ConstrainRAMSpace), CPU binding (task/affinity), memory as a
+# consumable (CR_Core_Memory, DefMemPerCPU), and preemption: partition "urgent" (PriorityTier 10)
+# over the same nodes preempts jobs of "debug" with REQUEUE after a GraceTime, sending the job's
+# --signal first. "plain" enforces none of it (task/none, CR_CPU). "auto" (the default) takes
+# production where the kernel has the cgroup v1 controllers it needs, else plain and says why.
+# proctrack/cgroup does not start in these node namespaces (no freezer namespace): both profiles
+# track processes with proctrack/linuxproc.
 #
 # up options: --gpus is per node, e.g. 1,1,2,2 (nodes node1..node4), or one count, with --nodes N
 # for N such nodes; --cpus and --mem (MB) are per node (declared; the machine may have fewer);
@@ -25,6 +35,7 @@
 #   SLURMGEN_CLUSTER_PORT     slurmctld port; slurmd ports follow it [16817]
 #   SLURMGEN_CLUSTER_NONS=1   force the 127.0.0.1 fallback (no network namespaces)
 #   SLURMGEN_CLUSTER_TIMEOUT  seconds `up` waits for every node to be idle [30]
+#   SLURMGEN_CLUSTER_PROFILE  the profile when --profile is not given [auto]
 #
 # The config is written to $SLURMGEN_CLUSTER_DIR/etc/slurm.conf and /etc/slurm/slurm.conf is made
 # a symlink to it (an existing file is kept as /etc/slurm/slurm.conf.slurmgen-backup and restored
@@ -37,6 +48,10 @@ NET=${SLURMGEN_CLUSTER_NET:-10.213.47}
 CTLD_PORT=${SLURMGEN_CLUSTER_PORT:-16817}
 NONS=${SLURMGEN_CLUSTER_NONS:-0}
 UP_TIMEOUT=${SLURMGEN_CLUSTER_TIMEOUT:-30}
+PROFILE_DEFAULT=${SLURMGEN_CLUSTER_PROFILE:-auto}
+CGROUP_ROOT=/sys/fs/cgroup
+CGROUP_CONTROLLERS=(cpuset memory devices)   # what task/cgroup's Constrain* settings use
+GRACE_TIME=30                                 # seconds a preempted job has to checkpoint
 
 PREFIX=sgc                      # names of our bridge (sgcbr0), veths (sgcvN), netns (sgc-nodeN)
 BRIDGE=${PREFIX}br0
@@ -267,6 +282,7 @@ load_layout() {
             NET) NET=$v ;;
             CTLD_PORT) CTLD_PORT=$v ;;
             USE_UTS) USE_UTS=$v ;;
+            PROFILE) PROFILE=$v ;;
         esac
     done <"$LAYOUT"
 }
@@ -285,7 +301,7 @@ our_links() {
 ctld_alive() { pid_alive "$RUN/slurmctld.pid" "$(exe_of slurmctld)"; }
 
 leftovers() {
-    # true if anything of ours exists: live daemons, namespaces, links, hosts block, conf link
+    # true if anything of ours exists: live daemons, namespaces, links, hosts block, conf link, cgroups
     local f
     for f in "$RUN"/*.pid; do
         [[ -e $f ]] || continue
@@ -294,7 +310,44 @@ leftovers() {
     [[ -n $(our_netns) || -n $(our_links) ]] && return 0
     hosts_block_present && return 0
     conf_is_ours && return 0
+    [[ -n $(our_cgroups) ]] && return 0
     return 1
+}
+
+# why_no_production: prints why the production profile cannot run here (nothing when it can)
+why_no_production() {
+    local c probe
+    for c in "${CGROUP_CONTROLLERS[@]}"; do
+        if ! awk -v m="$CGROUP_ROOT/$c" '$2 == m && $3 == "cgroup" && $4 ~ /(^|,)rw(,|$)/ { ok = 1 } END { exit !ok }' /proc/mounts; then
+            printf 'no read-write cgroup v1 %s controller at %s/%s\n' "$c" "$CGROUP_ROOT" "$c"
+            return
+        fi
+        probe=$CGROUP_ROOT/$c/slurmgen-probe-$$
+        if ! mkdir "$probe" 2>/dev/null; then
+            printf 'cannot create cgroups under %s/%s\n' "$CGROUP_ROOT" "$c"
+            return
+        fi
+        rmdir "$probe" 2>/dev/null || true
+    done
+}
+
+# our_cgroups: the cgroup roots our slurmds made (task/cgroup, one slurm_nodeN root per slurmd)
+our_cgroups() {
+    local d
+    for d in "$CGROUP_ROOT"/*/slurm_node[0-9]*; do
+        [[ -d $d ]] && printf '%s\n' "$d"
+    done
+    return 0
+}
+
+# remove_cgroups: rmdir each of our cgroup trees, deepest first (their processes are gone by now)
+remove_cgroups() {
+    local root left=()
+    for root in $(our_cgroups); do
+        find "$root" -depth -type d -exec rmdir {} + 2>/dev/null || true
+        [[ -d $root ]] && left+=("$root")
+    done
+    [[ ${#left[@]} -eq 0 ]] || err "cgroups left behind (processes still in them?): ${left[*]}"
 }
 
 # node_states: "name state" per node, from sinfo (long state names, e.g. idle, mixed, down*)
@@ -341,13 +394,25 @@ SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# cgroup plugins do not work in this sandbox
+# profile $PROFILE; proctrack/cgroup does not start in the node namespaces (no freezer namespace)
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
 GresTypes=gpu
+EOF
+        if [[ $PROFILE == production ]]; then
+            cat <<EOF
+TaskPlugin=task/cgroup,task/affinity
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$((MEM / CPUS))
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+EOF
+        else
+            printf 'TaskPlugin=task/none\nSelectTypeParameters=CR_CPU\n'
+        fi
+        cat <<EOF
 # nodes may declare more CPUs and memory than the machine has
 SlurmdParameters=config_overrides
 # het jobs are started only by the backfill scheduler: run it every second
@@ -376,9 +441,27 @@ EOF
             printf 'NodeName=node%d NodeAddr=%s%s CPUs=%d RealMemory=%d%s State=UNKNOWN\n' \
                 "$i" "$addr" "$port" "$CPUS" "$MEM" "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%d' "$g")"
         done
-        printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP\n' "$NODES"
+        if [[ $PROFILE == production ]]; then
+            printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=%d\n' "$NODES" "$GRACE_TIME"
+            printf 'PartitionName=urgent Nodes=node[1-%d] MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF\n' "$NODES"
+        else
+            printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP\n' "$NODES"
+        fi
     } >"$CONF.tmp"
     mv "$CONF.tmp" "$CONF"
+    if [[ $PROFILE == production ]]; then
+        cat >"$STATE/etc/cgroup.conf" <<EOF
+# slurmgen-cluster: written by tests/localcluster.sh up (profile production)
+CgroupPlugin=cgroup/v1
+CgroupAutomount=no
+CgroupMountpoint=$CGROUP_ROOT
+ConstrainDevices=yes
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+EOF
+    else
+        rm -f "$STATE/etc/cgroup.conf"
+    fi
 
     # fake GPUs: character devices with NVIDIA's major number, shared by all nodes (same machine)
     local maxg=0
@@ -504,9 +587,11 @@ start_slurmd() {
 cmd_up() {
     need_root
     local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120
-    local explicit_gpus=0
+    local explicit_gpus=0 profile_arg=$PROFILE_DEFAULT
     while [[ $# -gt 0 ]]; do
         case $1 in
+            --profile) profile_arg=${2:?--profile needs a value}; shift 2 ;;
+            --profile=*) profile_arg=${1#*=}; shift ;;
             --gpus) gpus_arg=${2:?--gpus needs a value}; explicit_gpus=1; shift 2 ;;
             --gpus=*) gpus_arg=${1#*=}; explicit_gpus=1; shift ;;
             --nodes) nodes_arg=${2:?--nodes needs a value}; explicit_gpus=1; shift 2 ;;
@@ -524,6 +609,7 @@ cmd_up() {
     [[ $cpus_arg =~ ^[1-9][0-9]*$ ]] || die "--cpus wants a positive number"
     [[ $mem_arg =~ ^[1-9][0-9]*$ ]] || die "--mem wants megabytes (a positive number)"
     [[ $cred_arg =~ ^[1-9][0-9]*$ ]] || die "--cred-expire wants seconds"
+    [[ $profile_arg =~ ^(auto|production|plain)$ ]] || die "--profile wants auto, production or plain (got '$profile_arg')"
     [[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SLURMGEN_CLUSTER_NET wants three octets like 10.213.47"
     local want
     want=$(expand_layout "$gpus_arg" "$nodes_arg")
@@ -536,6 +622,9 @@ cmd_up() {
     if ctld_alive && load_layout; then
         if [[ $explicit_gpus == 1 && $want != "$GPUS" ]]; then
             die "already up with GPUs ${GPUS// /,}; run '$0 down' first to change the layout to ${want// /,}"
+        fi
+        if [[ $profile_arg != auto && $profile_arg != "${PROFILE:-plain}" ]]; then
+            die "already up with the ${PROFILE:-plain} profile; run '$0 down' first to change it to $profile_arg"
         fi
         local problems
         problems=$(health_problems)
@@ -561,6 +650,19 @@ cmd_up() {
     CPUS=$cpus_arg
     MEM=$mem_arg
     CRED_EXPIRE=$cred_arg
+    local why
+    why=$(why_no_production)
+    PROFILE=$profile_arg
+    if [[ $PROFILE == auto ]]; then
+        PROFILE=production
+        if [[ -n $why ]]; then
+            PROFILE=plain
+            err "the production profile cannot run here ($why): using the plain profile (no cgroups, no memory limits, no preemption)"
+        fi
+    elif [[ $PROFILE == production && -n $why ]]; then
+        die "--profile production: $why"
+    fi
+    remove_cgroups   # a previous cluster's, if it was not taken down
 
     rm -rf "$STATE/log" "$STATE/spool" "$RUN"
     mkdir -p "$STATE/log" "$STATE/spool/ctld" "$RUN"
@@ -579,8 +681,8 @@ cmd_up() {
     USE_UTS=0
     unshare --uts -- true 2>/dev/null && USE_UTS=1
     {
-        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\n' \
-            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS"
+        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\n' \
+            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE"
     } >"$LAYOUT"
 
     local lines=()
@@ -622,7 +724,7 @@ cmd_up() {
 
     wait_for "$UP_TIMEOUT" "every node to be idle" all_nodes_in idle
     local ms=$((($(date +%s%N) - t0ns) / 1000000))
-    say "up in ${ms} ms: $NODES node(s), GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode)"
+    say "up in ${ms} ms: $NODES node(s), GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode, $PROFILE profile)"
     print_usage
 }
 
@@ -703,6 +805,10 @@ cmd_down() {
     kill_in_ns "${nsids[@]}"
     stop_pidfile "$RUN/slurmctld.pid" "$(exe_of slurmctld)" slurmctld
     stop_pidfile "$RUN/munged.pid" "$(exe_of munged)" munged
+    if [[ -n $(our_cgroups) ]]; then
+        remove_cgroups
+        say "removed the nodes' cgroups"
+    fi
 
     if [[ -n $(our_netns) || -n $(our_links) ]]; then
         teardown_net
@@ -718,7 +824,7 @@ cmd_down() {
 # status
 
 cmd_status() {
-    MODE=unknown NODES=0 GPUS=""
+    MODE=unknown NODES=0 GPUS="" PROFILE=""
     if ! ctld_alive; then
         if leftovers; then
             say "broken: slurmctld is not running but parts of the cluster are left; run: $0 down"
@@ -733,7 +839,7 @@ cmd_status() {
     fi
     local problems
     problems=$(health_problems)
-    say "up ($MODE mode, GPUs ${GPUS// /,}, state dir $STATE)"
+    say "up ($MODE mode, ${PROFILE:-plain} profile, GPUs ${GPUS// /,}, state dir $STATE)"
     timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || true
     if [[ -n $problems ]]; then
         say "broken: $problems; restart with: $0 down && $0 up"

@@ -197,15 +197,46 @@ def test_a_program_that_reports_nothing_is_requeued_as_before(render_args, tmp_p
 
 def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
-    proc = subprocess.Popen(["bash", str(script)],
-                            env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"),
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "logs" / ".restarts-1234").write_text("1\n")  # what the first requeue left
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"))
+    assert rc == 1
+    assert "slurmgen: job 1234 (restart 1 of at most 1)" in out
+    assert "training unfinished; not requeueing: 1 restart(s) used" in err
+    assert not requeued(tmp_path)
+
+
+def test_restarts_are_counted_in_the_log_dir_not_by_slurm(render_args, tmp_path):
+    # SLURM_RESTART_COUNT also counts preemptions and node failures: the budget is the script's own.
+    script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 4",
+                                                  SLURM_RESTART_COUNT="5"))
+    assert rc == 0, err
+    assert "checkpoint saved at step 4; requeueing job 1234 (restart 1 of at most 1)" in out
+    assert (tmp_path / "logs" / ".restarts-1234").read_text() == "1\n"
+
+
+def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
+    script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "0")
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 9",
+                                                  SHIM_PREEMPTED="1"))
+    assert rc == 0, err
+    assert "checkpoint saved at step 9; requeueing job 1234 (preempted; not counted)" in out
+    assert requeued(tmp_path) and not (tmp_path / "logs" / ".restarts-1234").exists()
+
+
+def test_term_is_a_stop_request_too(render_args, tmp_path):
+    # Sites that preempt without the job's --signal send TERM: checkpoint and requeue as for USR2.
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    proc = subprocess.Popen(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 3"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
-    proc.send_signal(signal.SIGUSR2)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert "training unfinished; not requeueing: 1 restart(s) used" in err
-    assert ["requeue", "1234"] not in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "asking every rank to checkpoint" in out
+    assert "checkpoint saved at step 3; requeueing job 1234 (restart 1 of at most 3)" in out
+    assert requeued(tmp_path)
 
 
 def test_warning_during_setup_is_not_lost(render_args, tmp_path):

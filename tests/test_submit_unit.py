@@ -221,6 +221,11 @@ def test_warning_after_the_last_step_does_not_requeue(tmp_path, capsys):
     stop.finish({"stopped_early": True, "global_step": 7})
     stop.finish(None)
     assert handed_over == [stop.signum, stop.signum]
+    # Stopped by SIGTERM (no USR2 came): checkpointed, so requeued the same way.
+    stop.requested = False
+    stop.finish({"stopped_early": True, "global_step": 9})
+    stop.finish({"stopped_early": False, "global_step": 12})
+    assert handed_over == [stop.signum] * 3
 
 
 # ---------------------------------------------------------------------------- failure reports

@@ -173,3 +173,28 @@ def test_save_total_limit_never_leaves_no_complete_checkpoint(module, tiny, tmp_
     # While checkpoint-4 and checkpoint-6 were being marked, the previous one was still there.
     assert complete_before_each_marker[1:] == [["checkpoint-2"], ["checkpoint-4"]]
     assert [p.name for _, p in checkpoint.list_checkpoints(out)] == ["checkpoint-6"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module", ["train.sft", "train.ddp_loop"])
+def test_sigterm_checkpoints_like_the_stop_file(module, tiny, tmp_path, hf_cache):
+    """SIGTERM (preemption where the site sends no user signal) to torchrun mid-run: torchrun
+    passes it on, every rank finishes its step, saves a complete checkpoint and reports
+    "stopped" for the batch script to requeue, instead of dying mid-step."""
+    import signal as signals
+
+    out, outcome = tmp_path / "run", tmp_path / "outcome"
+    env = subprocess_env(hf_cache, SLURMGEN_OUTCOME_FILE=str(outcome))
+    proc = subprocess.Popen(torchrun_cmd(2, "--standalone", "-m", module, *args_for(module, tiny, out, 400, 1000)),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while not any(ln["step"] >= 3 for ln in _safe_lines(out)) if (out / "progress.jsonl").exists() else True:
+        assert proc.poll() is None and time.monotonic() < deadline, "training never reached step 3"
+        time.sleep(0.05)
+    proc.send_signal(signals.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    m = read_metrics(out)
+    step = m["global_step"]
+    assert m["stopped_early"] is True and 3 <= step < 400, output[-4000:]
+    assert (out / f"checkpoint-{step}" / "slurmgen_complete").is_file()
+    assert outcome.read_text() == f"stopped {step}\n"

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -296,15 +297,38 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+_TERMINATED = False
+
+
+def stop_on_term() -> None:
+    """SIGTERM asks for a stop too: it is what ranks get at preemption where the site does not
+    send the job's own signal, and what torchrun passes on. The rank finishes its step and
+    checkpoints like at the stop file, instead of dying mid-step. A rank stuck in a collective
+    never gets there, and torchrun kills it 30 s later as before."""
+
+    global _TERMINATED
+    _TERMINATED = False
+
+    def note(signum, frame):
+        global _TERMINATED
+        _TERMINATED = True
+
+    try:
+        signal.signal(signal.SIGTERM, note)
+    except ValueError:  # not the main thread (e.g. called from a test's worker thread)
+        pass
+
+
 def stop_requested(is_main: bool) -> bool:
-    """Whether the stop file exists, decided by rank 0 so every rank stops at the same step.
+    """Whether the stop file exists (seen by rank 0) or any rank got SIGTERM: agreed by every
+    rank, so all stop at the same step.
 
     One 1-element all_reduce per call: cheap enough for every step.
     """
     if os.environ.get(STEP_SLEEP_ENV) and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
         time.sleep(float(os.environ[STEP_SLEEP_ENV]))
     path = os.environ.get(STOP_FILE_ENV)
-    seen = bool(is_main and path and os.path.exists(path))
+    seen = _TERMINATED or bool(is_main and path and os.path.exists(path))
     dist = _dist()
     if dist is None:
         return seen
@@ -529,6 +553,7 @@ def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:
 def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -> dict | None:
     """Common wrapper of every ``main(argv)``: one-line errors, argv default."""
     args = list(sys.argv[1:] if argv is None else argv)
+    stop_on_term()
     with cli_errors():
         result = body(args)
     # Trainer leaves the process group open; torch threads torn down at interpreter exit
