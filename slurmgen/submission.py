@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
-from slurmgen import watch
+from slurmgen import submitit_adapter, watch
 from slurmgen.spec import JobSpec, SpecError, container_args, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
@@ -216,28 +216,6 @@ def srun_culprit(batch_log: str) -> Optional[tuple[int, str]]:
 
 
 # ---------------------------------------------------------------------------- submission
-def _slurm_executor_class():
-    from submitit import SlurmExecutor
-
-    class Executor(SlurmExecutor):
-        """submitit's Slurm executor with the task count and time limit slurmgen wants."""
-
-        def __init__(self, folder, world: int, no_time_limit: bool, **kwargs):
-            super().__init__(folder, **kwargs)
-            self.world, self.no_time_limit = world, no_time_limit
-
-        def _num_tasks(self) -> int:
-            return self.world  # submitit counts nodes x ntasks_per_node, wrong for 1,1,2,2
-
-        def _make_submission_file_text(self, command: str, uid: str) -> str:
-            text = super()._make_submission_file_text(command, uid)
-            if self.no_time_limit:  # let the partition's default apply, as `render` does
-                text = "\n".join(l for l in text.split("\n") if not l.startswith("#SBATCH --time="))
-            return text
-
-    return Executor
-
-
 def _executor(spec: JobSpec, folder: Path, local: bool):
     python = None if spec.python == "python3" else spec.python  # default: this interpreter
     if local:
@@ -247,8 +225,8 @@ def _executor(spec: JobSpec, folder: Path, local: bool):
         executor.update_parameters(**local_parameters(spec))
         return executor
     try:
-        executor = _slurm_executor_class()(folder, world_size(spec), time_minutes(spec) is None,
-                                           max_num_timeout=spec.max_restarts, python=python)
+        executor = submitit_adapter.slurm_executor(folder, world_size(spec), time_minutes(spec) is None,
+                                                   max_num_timeout=spec.max_restarts, python=python)
     except RuntimeError as err:  # no srun on PATH
         raise SubmitError(f"{err} (use --local to run on this machine)") from None
     executor.update_parameters(**slurm_parameters(spec))
@@ -272,7 +250,8 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
     executor = _executor(spec, folder_path, local)
     submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:
-        with _own_session(local):
+        # local: a Ctrl-C must reach only this process, which asks before cancelling
+        with submitit_adapter.own_session() if local else contextlib.nullcontext():
             job = executor.submit(make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
         raise SubmitError(_first_meaningful_line(str(err))) from None
@@ -311,33 +290,10 @@ def attach(job_id: str, folder: str | os.PathLike) -> "Submission":
     except (OSError, ValueError):
         raise SubmitError(f"job {job_id} was not submitted through slurmgen into {folder_path} "
                           f"(no readable {path.name}; pass the submitit folder it printed with --folder)") from None
-    from submitit import SlurmJob
-
     world = int(record["world_size"])
-    job = SlurmJob(folder_path, job_id, tasks=tuple(range(world)))
+    job = submitit_adapter.slurm_job(folder_path, job_id, world)
     output_dir = Path(record["output_dir"]) if record.get("output_dir") else None
     return Submission(job, folder_path, world, output_dir, False, float(record["submitted_at"]))
-
-
-@contextlib.contextmanager
-def _own_session(local: bool):
-    """Start the local executor's controller in its own session: a Ctrl-C at the terminal then
-    reaches only this process, which asks before cancelling (Submission.cancel)."""
-    if not local:
-        yield
-        return
-    import functools
-    import types
-
-    from submitit.local import local as local_module
-
-    real = local_module.subprocess
-    local_module.subprocess = types.SimpleNamespace(
-        Popen=functools.partial(real.Popen, start_new_session=True))
-    try:
-        yield
-    finally:
-        local_module.subprocess = real
 
 
 def _first_meaningful_line(text: str) -> str:
@@ -367,9 +323,7 @@ class Submission:
 
     # ------------------------------------------------------------------ files
     def _paths(self, task: int):
-        from submitit.core.utils import JobPaths
-
-        return JobPaths(self.folder, self.job_id, task)
+        return submitit_adapter.job_paths(self.folder, self.job_id, task)
 
     def logs(self) -> list[tuple[Path, Path]]:
         """(stdout, stderr) log paths of every task, rank order."""
@@ -377,8 +331,6 @@ class Submission:
 
     def _outcomes(self) -> dict:
         """task -> (outcome "success"/"error", mtime) for tasks that wrote a result."""
-        from submitit.core.utils import pickle_load
-
         found = {}
         for task in range(self.world_size):
             path = self._paths(task).result_pickle
@@ -386,7 +338,7 @@ class Submission:
                 mtime = path.stat().st_mtime
                 if mtime < self.submitted_at:
                     continue  # an older job's, after the cluster reused the job id
-                found[task] = (pickle_load(path)[0], mtime)
+                found[task] = (submitit_adapter.result_outcome(path), mtime)
             except (OSError, EOFError, IndexError, TypeError):
                 continue  # not written (yet), or being written
         return found
@@ -413,10 +365,11 @@ class Submission:
         return state, records[0].get("Restarts", "0"), "" if reason == "None" else reason
 
     def _local_state(self) -> str:
-        raw = self._job.state  # RUNNING, FINISHED, INTERRUPTED (submitit's local names)
-        if raw == "RUNNING":
+        raw = self._job.state  # submitit's local names, not Slurm's
+        if raw == submitit_adapter.LOCAL_RUNNING:
             return "RUNNING"
-        return self._state_from_results("CANCELLED" if raw == "INTERRUPTED" else "FAILED")
+        interrupted = raw == submitit_adapter.LOCAL_INTERRUPTED
+        return self._state_from_results("CANCELLED" if interrupted else "FAILED")
 
     def _state_from_results(self, otherwise: str) -> str:
         outcomes = self._outcomes()

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import MutableMapping, Optional
 
 from slurmgen.spec import job_port, train_arg
+from slurmgen.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
+                                       preempt_signal)
 
 # Rank variables a task may inherit from the submitting shell (say, a torchrun worker or an
 # salloc shell); they describe that process, not this job, so they are cleared first.
@@ -43,9 +45,9 @@ def local_rank_env(env: MutableMapping[str, str], master_port: int) -> None:
 
     All processes are on this machine: world size = local world size, master 127.0.0.1.
     """
-    ntasks = env.get("SUBMITIT_LOCAL_NTASKS", "1")
-    env.update(RANK=env.get("SUBMITIT_LOCAL_GLOBALID", "0"),
-               LOCAL_RANK=env.get("SUBMITIT_LOCAL_LOCALID", "0"),
+    ntasks = env.get(LOCAL_ENV["num_tasks"], "1")
+    env.update(RANK=env.get(LOCAL_ENV["global_rank"], "0"),
+               LOCAL_RANK=env.get(LOCAL_ENV["local_rank"], "0"),
                WORLD_SIZE=ntasks, LOCAL_WORLD_SIZE=ntasks, GROUP_RANK="0",
                MASTER_ADDR=LOCAL_MASTER_ADDR, MASTER_PORT=str(master_port))
 
@@ -61,14 +63,14 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
         env.setdefault("OMP_NUM_THREADS", str(threads))
     if collective_timeout:
         env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
-    if env.get("SUBMITIT_EXECUTOR") == "local":
+    if env.get(EXECUTOR_ENV) == LOCAL_EXECUTOR:
         local_rank_env(env, master_port or 29500)
     else:  # a requeued job keeps its id, hence its port
         env["MASTER_PORT"] = str(master_port or job_port(job_id_of(env), port_range))
 
 
 def job_id_of(env) -> str:
-    return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID") or str(os.getpid())
+    return env.get("SLURM_JOB_ID") or env.get(LOCAL_ENV["job_id"]) or str(os.getpid())
 
 
 def output_dir_arg(args) -> Optional[str]:
@@ -89,7 +91,7 @@ class _StopOnSignal:
     def __init__(self, stop_file: Path, is_main: bool, grace: int):
         self.stop_file, self.is_main, self.grace = stop_file, is_main, grace
         self.requested = False
-        self.signum = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+        self.signum = preempt_signal()
         self.submitit_handler = signal.getsignal(self.signum)
 
     def install(self) -> None:
@@ -183,7 +185,7 @@ class TrainTask:
     def _stop_file(self, environ) -> Path:
         if environ.get(STOP_FILE_ENV):
             return Path(environ[STOP_FILE_ENV])
-        folder = Path(environ.get("SUBMITIT_FOLDER") or ".")
+        folder = Path(environ.get(FOLDER_ENV) or ".")
         path = folder / f"{job_id_of(environ)}_stop"
         environ[STOP_FILE_ENV] = str(path)
         return path
