@@ -11,7 +11,7 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
-from slurmgen.spec import container_args, job_port_shell, rank_exports
+from slurmgen.spec import container_args, container_dirs, job_port_shell, rank_exports
 
 
 def template_dir() -> Path:
@@ -106,12 +106,24 @@ def _common_options(spec) -> list[tuple[str, str]]:
     return [(key, value) for key, value in pairs if value]
 
 
+# Known on the node only: the job's working directory and id, left for the shell to expand.
+_SHELL_VARS = ("$SLURM_SUBMIT_DIR", "$SLURM_JOB_ID")
+
+
+def _quote_keeping_vars(value: str) -> str:
+    """Shell-quote a value, except the _SHELL_VARS in it, which stay expandable."""
+    for var in _SHELL_VARS:
+        if var in value:
+            return f'"{var}"'.join(_quote_keeping_vars(part) if part else "" for part in value.split(var))
+    return shell_quote(value)
+
+
 def _container_flags(spec) -> str:
     """pyxis flags for every srun; the values quoted, since paths may hold anything."""
     quoted = []
-    for flag in container_args(spec):
+    for flag in container_args(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, name="slurmgen-$SLURM_JOB_ID"):
         name, _, value = flag.partition("=")
-        quoted.append(f"{name}={shell_quote(value)} ")
+        quoted.append(f"{name}={_quote_keeping_vars(value)} ")
     return "".join(quoted)
 
 
@@ -153,6 +165,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "common_options": _common_options(spec),
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
+        # pyxis cannot mount a directory that does not exist yet
+        "container_dirs": container_dirs(spec, spec.log_dir) if spec.container_image else [],
         "exports": rank_exports(spec),
         # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
         "stop_wait": max(spec.grace - 10, 5),

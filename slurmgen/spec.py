@@ -269,14 +269,28 @@ def train_arg(args, *flags: str) -> Optional[str]:
     return value
 
 
-def container_args(spec: JobSpec) -> list[str]:
-    """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes them as argv."""
-    flags = []
-    if spec.container_image:
-        flags.append(f"--container-image={spec.container_image}")
-    if spec.container_mounts:
-        flags.append(f"--container-mounts={spec.container_mounts}")
-    return flags
+def container_dirs(spec: JobSpec, *dirs: Optional[str]) -> list[str]:
+    """Directories the ranks share with the batch shell or the submitting side, mounted at the
+    same path inside a container: the given ones (log dir for the stop and outcome files,
+    working directory) and an absolute --output_dir (a relative one is under the working
+    directory)."""
+    out = train_arg(spec.train_args, "--output_dir", "--output-dir")
+    wanted = [*dirs, out if out and os.path.isabs(out) else None]
+    return list(dict.fromkeys(d for d in wanted if d))
+
+
+def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Optional[str] = None) -> list[str]:
+    """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes
+    them as argv. With an image: the user's mounts plus container_dirs at the same path, the
+    working directory inside, and a name so that a job's steps import the image once per node."""
+    if not spec.container_image:
+        return [f"--container-mounts={spec.container_mounts}"] if spec.container_mounts else []
+    mounts = [spec.container_mounts] if spec.container_mounts else []
+    mounts += [f"{d}:{d}" for d in container_dirs(spec, workdir, *dirs)]
+    flags = [f"--container-image={spec.container_image}"]
+    if name:
+        flags.append(f"--container-name={name}")
+    return flags + [f"--container-mounts={','.join(mounts)}", f"--container-workdir={workdir}"]
 
 
 def gloo_socket_ifname(nccl_value: str) -> Optional[str]:

@@ -94,8 +94,9 @@ def time_minutes(spec: JobSpec) -> Optional[int]:
     return None if seconds is None else max(1, math.ceil(seconds / 60))
 
 
-def slurm_parameters(spec: JobSpec) -> dict:
-    """SlurmExecutor.update_parameters() arguments for one task per GPU."""
+def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
+    """SlurmExecutor.update_parameters() arguments for one task per GPU. ``folder`` (submitit's,
+    where the stop file is) is mounted into a container, with the working directory."""
     minutes = time_minutes(spec)
     extra = {"ntasks": world_size(spec), "gpus_per_task": 1}
     if minutes is not None:
@@ -110,7 +111,7 @@ def slurm_parameters(spec: JobSpec) -> dict:
         # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
         # rank fails instead of leaving the others in a collective until it times out.
         srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1",
-                   *container_args(spec)],
+                   *container_args(spec, os.getcwd(), str(folder) if folder else None)],
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
                     constraint=spec.constraint, exclude=spec.exclude,
@@ -229,7 +230,7 @@ def _executor(spec: JobSpec, folder: Path, local: bool):
                                                    max_num_timeout=spec.max_restarts, python=python)
     except RuntimeError as err:  # no srun on PATH
         raise SubmitError(f"{err} (use --local to run on this machine)") from None
-    executor.update_parameters(**slurm_parameters(spec))
+    executor.update_parameters(**slurm_parameters(spec, folder))
     return executor
 
 

@@ -1,4 +1,5 @@
 """Multi-node knobs: NCCL, shared HF cache and offline mode, pyxis containers only when asked."""
+import subprocess
 
 
 def render_text(render_args, *args):
@@ -28,14 +29,29 @@ def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
         assert f"export GLOO_SOCKET_IFNAME={gloo}\n" in text
 
 
-def test_containers_only_when_asked(render_args):
+def test_containers_only_when_asked(render_args, tmp_path):
     plain, _ = render_text(render_args)
     assert "--container" not in plain and "NCCL_DEBUG" not in plain and "HF_HOME" not in plain
-    boxed, _ = render_text(render_args, "--container-image", "nvcr.io#nvidia/pytorch:24.01-py3",
-                           "--container-mounts", "/data:/data")
+    logs = tmp_path / "my logs"
+    boxed, _ = render_text(render_args, "--log-dir", str(logs),
+                           "--container-image", "nvcr.io#nvidia/pytorch:24.01-py3",
+                           "--container-mounts", "/data:/data", "--", "--output_dir", "/scratch/run")
     srun_lines = [l for l in boxed.splitlines() if l.lstrip().startswith("srun ")]
-    assert srun_lines and all("--container-image='nvcr.io#nvidia/pytorch:24.01-py3'" in l
-                              and "--container-mounts=/data:/data" in l for l in srun_lines)
+    assert len(srun_lines) == 2  # preflight and training
+    for line in srun_lines:
+        assert "--container-image='nvcr.io#nvidia/pytorch:24.01-py3'" in line
+        # One name per job: every step after the first reuses the imported image on its node.
+        assert '--container-name=slurmgen-"$SLURM_JOB_ID"' in line
+        assert '--container-workdir="$SLURM_SUBMIT_DIR"' in line
+    # What the shell makes of the mounts: the user's, then the working, log and output dirs
+    # (stop and outcome files, checkpoints) at the same path inside.
+    mounts = srun_lines[0].split("--container-mounts=", 1)[1].split(" --container-workdir=")[0]
+    expanded = subprocess.run(["bash", "-c", f"printf %s {mounts}"], capture_output=True, text=True,
+                              env={"SLURM_SUBMIT_DIR": "/home/u/proj"}).stdout
+    expanded = "--container-mounts=" + expanded
+    assert expanded == (f"--container-mounts=/data:/data,/home/u/proj:/home/u/proj,{logs}:{logs},"
+                        "/scratch/run:/scratch/run")
+    assert f"mkdir -p '{logs}' /scratch/run\n" in boxed
 
 
 def test_bad_nccl_level(render_args):

@@ -460,11 +460,16 @@ def test_spec_from_args_is_the_cli_spec():
         spec_from_args(["--gpus", "2", "--launcher", "accelerate"])
 
 
-def test_container_flags_go_to_srun():
+def test_container_flags_go_to_srun(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     spec = JobSpec(gpus=(2,), container_image="nvcr.io/nvidia/pytorch:24.01-py3",
-                   container_mounts="/data:/data")
-    assert submission.slurm_parameters(spec)["srun_args"][-2:] == [
-        "--container-image=nvcr.io/nvidia/pytorch:24.01-py3", "--container-mounts=/data:/data"]
+                   container_mounts="/data:/data", train_args=("--output_dir", "/scratch/run"))
+    folder = tmp_path / "submitit"
+    # submitit's folder holds the stop file; the working and output directories what training reads and writes.
+    assert submission.slurm_parameters(spec, folder)["srun_args"][-3:] == [
+        "--container-image=nvcr.io/nvidia/pytorch:24.01-py3",
+        f"--container-mounts=/data:/data,{tmp_path}:{tmp_path},{folder}:{folder},/scratch/run:/scratch/run",
+        f"--container-workdir={tmp_path}"]
 
 
 def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
