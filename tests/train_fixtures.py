@@ -104,7 +104,7 @@ def run_uneven(module: str, args: list[str], nprocs: list[int], env: dict, timeo
 
 
 def slurm_port() -> tuple[int, int]:
-    """A free port p in [20000, 40000) and a job id whose derived port (20000 + id % 20000) is p."""
+    """A free port p in [20000, 40000) and a job id to go with it."""
     import random
 
     for _ in range(200):
@@ -126,7 +126,7 @@ def run_slurm_tasks(module: str, args: list[str], components: list[list[int]], e
     are the components of a het job, each started by its own srun (SLURM_PROCID restarts at
     0), with the SLURMGEN_RANK_OFFSET/SLURMGEN_WORLD_SIZE the generated script exports.
     Node "names" are loopback addresses so the master address derived from the node list
-    resolves; the port is derived from the job id.
+    resolves; MASTER_PORT is exported as the batch script does.
     """
     from hostlist import collect_hostlist
 
@@ -150,6 +150,7 @@ def run_slurm_tasks(module: str, args: list[str], components: list[list[int]], e
                     SLURM_STEP_NUM_TASKS=str(ntasks),
                     SLURM_STEP_TASKS_PER_NODE=",".join(str(n) for n in comp),
                     SLURM_STEP_NODELIST=lists[index], SLURM_JOB_NODELIST=lists[index],
+                    MASTER_PORT=str(port),  # exported by the batch script (slurmgen.spec.job_port)
                 )
                 if het:
                     task_env.update(

@@ -162,23 +162,29 @@ def worker_with_rank(tag: str, rank: int, timeout: float = 30) -> tuple[int, dic
         time.sleep(0.2)
 
 
-def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3) -> list[int]:
+def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, preempted: bool = False) -> list[int]:
     """The contract of a job stopped by the warning: checkpoint at the stop step, requeue with
-    the restart count in the log, resume from exactly that step, finish every step once.
-    Returns the steps at which the runs stopped."""
+    the restart count in the log (a preemption: not counted), resume from exactly that step,
+    finish every step once. Returns the steps at which the runs stopped."""
     assert job.state == "COMPLETED", job.log
     assert job.info["ExitCode"] == "0:0", job.log
     log = job.log
     restarts = int(job.info["Restarts"])
     assert restarts >= 1, f"never requeued:\n{log}"
     for r in range(restarts + 1):
-        assert f"slurmgen: job {job.job_id} (restart {r} of at most {max_restarts})" in log, log
+        used = 0 if preempted else r
+        assert f"slurmgen: job {job.job_id} (restart {used} of at most {max_restarts})" in log, log
     # Every warning ends in a checkpoint and a requeue, except one that lands after the last
     # run's last stop check: that run finishes every step and says so instead.
     late = log.count("before the warning could stop it; not requeueing")
     assert late <= 1 and log.count("time limit or preemption warning: asking every rank to checkpoint") == restarts + late, log
-    requeues = re.findall(rf"checkpoint saved at step (\d+); requeueing job {job.job_id} \(restart (\d+) of at most {max_restarts}\)", log)
-    assert [int(r) for _, r in requeues] == list(range(1, restarts + 1)), log
+    how = "preempted; not counted" if preempted else rf"restart (\d+) of at most {max_restarts}"
+    requeues = re.findall(rf"checkpoint saved at step (\d+); requeueing job {job.job_id} \({how}\)", log)
+    if preempted:
+        requeues = [(s, "") for s in requeues]
+    else:
+        assert [int(r) for _, r in requeues] == list(range(1, restarts + 1)), log
+    assert len(requeues) == restarts, log
     saved = [int(s) for s in re.findall(r"stop requested, saved checkpoint at step (\d+)", log)]
     assert saved == [int(s) for s, _ in requeues], log
     resumed = [(Path(p), int(s)) for p, s in re.findall(r"resuming from (\S+) at step (\d+)", log)]
