@@ -31,7 +31,7 @@ RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 # First line of every task's stdout; the submitting side reads it to name a failing task.
 START_MARK = "slurmgen-task:"
-STOP_FILE_ENV = "SLURMGEN_STOP_FILE"  # same name as train.runtime.STOP_FILE_ENV
+STOP_FILE_ENV = "SLURMGEN_STOP_FILE"  # same name as train.stop.STOP_FILE_ENV
 COLLECTIVE_TIMEOUT_ENV = "SLURMGEN_COLLECTIVE_TIMEOUT"
 LOCAL_MASTER_ADDR = "127.0.0.1"
 

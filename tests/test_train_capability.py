@@ -4,7 +4,7 @@ Unit level: what train.hf asks torch and what it then sets on TRL's parser."""
 import pytest
 import torch
 
-from train import hf, runtime
+from train import devices, hf
 from train.distenv import DistEnv
 
 
@@ -46,4 +46,4 @@ def test_gradient_checkpointing_off_on_cpus():
     assert not torch.cuda.is_available()
     defaults = hf.capability_defaults(DistEnv())
     assert "gradient_checkpointing" in defaults and not defaults["gradient_checkpointing"]
-    assert runtime.bf16_supported(DistEnv()) is False and defaults["use_cpu"] is True
+    assert devices.bf16_supported(DistEnv()) is False and defaults["use_cpu"] is True

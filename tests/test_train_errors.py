@@ -141,13 +141,13 @@ def test_old_key_in_recipe(tiny, tmp_path, clean_env, capsys):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("flag", ["--load_in_4bit", "--load_in_8bit"])
 def test_quantization_without_cuda(flag, tiny, tmp_path, clean_env, capsys):
-    from train import runtime
+    from train import devices
 
-    if runtime.cuda_available() and runtime.bitsandbytes_available():
+    if devices.cuda_available() and devices.bitsandbytes_available():
         pytest.skip("CUDA and bitsandbytes are present: quantized loading is allowed here")
     line = run_in_process("train.sft", ARGS["train.sft"](tiny, tmp_path / "run") + [flag, "--use_peft"], capsys)
-    cuda = "yes" if runtime.cuda_available() else "no"
-    bnb = "yes" if runtime.bitsandbytes_available() else "no"
+    cuda = "yes" if devices.cuda_available() else "no"
+    bnb = "yes" if devices.bitsandbytes_available() else "no"
     assert line == (f"error: {flag} needs CUDA and bitsandbytes (CUDA: {cuda}, bitsandbytes: {bnb}); "
                     "drop it to train without quantization")
 

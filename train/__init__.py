@@ -7,4 +7,15 @@
 
 Each ``main(argv) -> dict`` also runs in process. Ranks come from train.distenv (torchrun or
 one Slurm task per GPU), checkpoints from train.checkpoint (complete or ignored).
+
+What the entry points share, one concern per module:
+
+    train.cli           UsageError and one-line errors (exit 2), renamed options
+    train.hub           model paths: local dir or hub id, cached when offline
+    train.data          data set paths, loading, required columns
+    train.devices       CUDA, hardware bf16, bitsandbytes, this rank's device
+    train.collectives   the process group, barrier, broadcast
+    train.stop          the stop protocol: stop file, SIGTERM, outcome file
+    train.outputs       log lines, resume choice, progress.jsonl, metrics.json
+    train.program       run_main and exit_after: running and leaving as a program
 """

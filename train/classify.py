@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from train import distenv, runtime
+from train import cli, data, distenv, hub, program
 
 RENAMED = {
-    **runtime.RENAMED_ARGS,
+    **cli.RENAMED_ARGS,
     "max_seq_length": "use --max_length",
-    "dataset_text_field": runtime.TEXT_FIELD_MOVED,
+    "dataset_text_field": cli.TEXT_FIELD_MOVED,
 }
 
 
@@ -44,15 +44,15 @@ class ClassifyArguments:
 def load_split(cargs: ClassifyArguments, which: str):
     path = cargs.train_file if which == "train" else cargs.eval_file
     if path:
-        return runtime.load_data(path), path
+        return data.load_data(path), path
     if cargs.dataset_name:
         split = cargs.train_split if which == "train" else cargs.eval_split
-        return runtime.load_data(cargs.dataset_name, split, cargs.dataset_config), cargs.dataset_name
+        return data.load_data(cargs.dataset_name, split, cargs.dataset_config), cargs.dataset_name
     return None, None
 
 
 def prepare(ds, name: str, cargs: ClassifyArguments, tokenizer, limit: int | None):
-    runtime.require_columns(ds, name, [cargs.text_column, cargs.label_column])
+    data.require_columns(ds, name, [cargs.text_column, cargs.label_column])
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
 
@@ -74,7 +74,7 @@ def accuracy(eval_pred) -> dict[str, float]:
 
 
 def _main(argv: list[str]) -> dict | None:
-    runtime.reject_old_args(argv, RENAMED)
+    cli.reject_old_args(argv, RENAMED)
     denv = distenv.setup()
     from train import hf  # imports transformers: after the cheap checks
 
@@ -88,13 +88,13 @@ def _main(argv: list[str]) -> dict | None:
     targs.average_tokens_across_devices = False
     hf.count_tokens_by_default(targs, argv)
 
-    runtime.check_model_path(cargs.model_name_or_path)
+    hub.check_model_path(cargs.model_name_or_path)
     if not (cargs.train_file or cargs.dataset_name):
-        raise runtime.UsageError("give --train_file (and --eval_file) or --dataset_name")
+        raise cli.UsageError("give --train_file (and --eval_file) or --dataset_name")
     for flag, value in (("--train_file", cargs.train_file), ("--eval_file", cargs.eval_file),
                         ("--dataset_name", cargs.dataset_name)):
         if value:
-            runtime.check_data_path(value, flag)
+            data.check_data_path(value, flag)
     hf.touch_distributed(targs)
 
     tokenizer = AutoTokenizer.from_pretrained(cargs.model_name_or_path)
@@ -131,8 +131,8 @@ def _main(argv: list[str]) -> dict | None:
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run classification training; returns the metrics dict (also in output_dir/metrics.json)."""
-    return runtime.run_main(_main, argv)
+    return program.run_main(_main, argv)
 
 
 if __name__ == "__main__":
-    runtime.exit_after(main)
+    program.exit_after(main)

@@ -20,12 +20,12 @@ import itertools
 import time
 from pathlib import Path
 
-from train import checkpoint, distenv, runtime
+from train import checkpoint, cli, collectives, data, devices, distenv, hub, outputs, program, stop
 
 RENAMED = {
-    **runtime.RENAMED_ARGS,
+    **cli.RENAMED_ARGS,
     "max_seq_length": "use --max_length",
-    "dataset_text_field": runtime.TEXT_FIELD_MOVED,
+    "dataset_text_field": cli.TEXT_FIELD_MOVED,
     "dataset_name": "use --dataset",
     "evaluation_strategy": "train.ddp_loop does not evaluate (use --eval_strategy with train.sft or train.classify)",
 }
@@ -48,11 +48,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--logging_steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
-    runtime.one_line_parser_errors(p)
+    cli.one_line_parser_errors(p)
     args = p.parse_args(argv)
     for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
         if getattr(args, name) <= 0:
-            raise runtime.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+            raise cli.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     return args
 
 
@@ -60,15 +60,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main_first(denv: distenv.DistEnv):
     """Rank 0 runs the body first (filling caches), then the others."""
     if not denv.is_main:
-        runtime.barrier()
+        collectives.barrier()
     yield
     if denv.is_main:
-        runtime.barrier()
+        collectives.barrier()
 
 
 def tokenized_dataset(args, tokenizer):
-    ds = runtime.load_data(args.dataset)
-    runtime.require_columns(ds, args.dataset, [args.text_column])
+    ds = data.load_data(args.dataset)
+    data.require_columns(ds, args.dataset, [args.text_column])
     eos = tokenizer.eos_token or ""
 
     def tokenize(batch):
@@ -117,23 +117,23 @@ def save(args, denv, model, tokenizer, optimizer, step: int) -> None:
 
 
 def _main(argv: list[str]) -> dict | None:
-    runtime.reject_old_args(argv, RENAMED)
+    cli.reject_old_args(argv, RENAMED)
     denv = distenv.setup()
     args = parse_args(argv)
-    runtime.check_model_path(args.model_name_or_path)
-    runtime.check_data_path(args.dataset, "--dataset")
-    runtime.collective_timeout()  # a bad value is a usage error now, not a crash at init
+    hub.check_model_path(args.model_name_or_path)
+    data.check_data_path(args.dataset, "--dataset")
+    collectives.collective_timeout()  # a bad value is a usage error now, not a crash at init
 
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = torch.device("cpu") if args.use_cpu else runtime.device_for(denv)
-    runtime.init_process_group(denv, device)
+    device = torch.device("cpu") if args.use_cpu else devices.device_for(denv)
+    collectives.init_process_group(denv, device)
     try:
         torch.manual_seed(args.seed)
-        resume = runtime.decide_resume(args.output_dir, denv)
+        resume = outputs.decide_resume(args.output_dir, denv)
 
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
         if tokenizer.pad_token is None:
@@ -160,12 +160,12 @@ def _main(argv: list[str]) -> dict | None:
                                      shuffle=True, seed=args.seed, drop_last=True)
         per_epoch = len(sampler) // args.batch_size
         if per_epoch == 0:
-            raise runtime.UsageError(
+            raise cli.UsageError(
                 f"data set {args.dataset} has {len(ds)} rows: too few for batch size {args.batch_size} "
                 f"on {denv.world_size} ranks")
         collate = make_collate(tokenizer)
         global_batch = args.batch_size * denv.world_size
-        progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch)
+        progress = outputs.ProgressLog(args.output_dir, denv, args.max_steps, global_batch)
         progress.start(step)
 
         ddp.train()
@@ -194,7 +194,7 @@ def _main(argv: list[str]) -> dict | None:
                         torch.distributed.all_reduce(mean)
                         mean /= denv.world_size
                     progress.log(step, mean.item())
-                stopped = step < args.max_steps and runtime.stop_requested(denv.is_main)
+                stopped = step < args.max_steps and stop.stop_requested(denv.is_main)
                 if stopped or step % args.save_steps == 0 or step == args.max_steps:
                     save(args, denv, model, tokenizer, optimizer, step)
                 if stopped or step >= args.max_steps:
@@ -207,7 +207,7 @@ def _main(argv: list[str]) -> dict | None:
             torch.distributed.all_reduce(loss_sum)
         steps_run = step - start_step
         train_loss = loss_sum.item() / (steps_run * denv.world_size) if steps_run else None
-        return runtime.finish(
+        return outputs.finish(
             args.output_dir, denv,
             global_step=step, start_step=start_step,
             resumed_from_step=resume[0] if resume else None,
@@ -218,13 +218,13 @@ def _main(argv: list[str]) -> dict | None:
             data_prep_seconds=data_prep_seconds,
         )
     finally:
-        runtime.destroy_process_group()
+        collectives.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run the DDP loop; returns the metrics dict (also written to output_dir/metrics.json)."""
-    return runtime.run_main(_main, argv)
+    return program.run_main(_main, argv)
 
 
 if __name__ == "__main__":
-    runtime.exit_after(main)
+    program.exit_after(main)

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from train import checkpoint, runtime
+from train import checkpoint, cli, collectives, devices, outputs, stop
 from train.distenv import DistEnv
 
 
@@ -22,8 +22,8 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     TRL configs default to bf16 and fail in __post_init__ on a machine without bf16
     support, so the choice must be made before the dataclasses are built.
     """
-    cuda = runtime.cuda_available()
-    bf16 = runtime.bf16_supported(denv)
+    cuda = devices.cuda_available()
+    bf16 = devices.bf16_supported(denv)
     defaults = {
         # Without use_cpu, accelerate on a GPU-less machine sets up no DDP at all: each rank
         # would train alone. gloo explicitly (accelerate would take mpi where torch has it),
@@ -32,7 +32,7 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
         "ddp_backend": "gloo" if denv.distributed and not cuda else None,
         "bf16": bf16,
         "fp16": cuda and not bf16,  # pre-Ampere GPUs: fp16 mixed precision
-        "ddp_timeout": runtime.collective_timeout(),
+        "ddp_timeout": collectives.collective_timeout(),
         # HF turns find_unused_parameters on whenever checkpointing is off: an extra autograd
         # traversal per step for models that use every parameter.
         "ddp_find_unused_parameters": False,
@@ -59,11 +59,11 @@ def count_tokens_by_default(args, argv: list[str]) -> None:
 def parse_or_usage_error(parser, parse):
     """Parse with one-line errors: HF parsers raise ValueError for unknown or invalid
     arguments (and argparse would print its whole usage text)."""
-    runtime.one_line_parser_errors(parser)
+    cli.one_line_parser_errors(parser)
     try:
         return parse()
     except ValueError as exc:
-        raise runtime.UsageError(str(exc).strip().splitlines()[0]) from None
+        raise cli.UsageError(str(exc).strip().splitlines()[0]) from None
 
 
 def global_batch(args) -> int:
@@ -73,7 +73,7 @@ def global_batch(args) -> int:
 class ContractCallback(TrainerCallback):
     """progress.jsonl, checkpoint markers and the stop file for an HF Trainer."""
 
-    def __init__(self, denv: DistEnv, progress: runtime.ProgressLog, keep: int | None = None):
+    def __init__(self, denv: DistEnv, progress: outputs.ProgressLog, keep: int | None = None):
         self.denv = denv
         self.progress = progress
         self.keep = keep  # the user's save_total_limit: old checkpoints go after the new one is marked
@@ -96,7 +96,7 @@ class ContractCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         # Every rank gets here at every optimizer step, so the all_reduce inside lines up.
-        if state.global_step < state.max_steps and runtime.stop_requested(self.denv.is_main):
+        if state.global_step < state.max_steps and stop.stop_requested(self.denv.is_main):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
@@ -104,7 +104,7 @@ class ContractCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         # The marker goes in last, once every rank has written its part (e.g. RNG state).
-        runtime.barrier()
+        collectives.barrier()
         if state.is_world_process_zero:
             checkpoint.mark_complete(
                 checkpoint.checkpoint_path(args.output_dir, state.global_step), state.global_step
@@ -120,20 +120,20 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None,
                      data_prep_seconds: float | None = None) -> dict[str, Any]:
     """Resume if possible, train, then write metrics. ``extra_after(stopped)`` adds metrics."""
     args = trainer.args
-    progress = runtime.ProgressLog(args.output_dir, denv, args.max_steps, global_batch(args))
+    progress = outputs.ProgressLog(args.output_dir, denv, args.max_steps, global_batch(args))
     # transformers deletes old checkpoints right after writing a new one, before the callback
     # marks it complete: a kill in between would leave none. The callback rotates instead.
     keep, args.save_total_limit = args.save_total_limit, None
     cb = ContractCallback(denv, progress, keep)
     trainer.add_callback(cb)
 
-    resume = runtime.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
+    resume = outputs.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
     result = trainer.train(resume_from_checkpoint=None if resume is None else resume[1])
     state = trainer.state
     stopped = cb.stopped_at is not None
     extra = extra_after(stopped) if extra_after else {}
     tokens = cb.tokens_end - cb.tokens_begin if args.include_num_input_tokens_seen != "no" else None
-    return runtime.finish(
+    return outputs.finish(
         args.output_dir,
         denv,
         global_step=state.global_step,
@@ -155,4 +155,4 @@ def touch_distributed(args) -> None:
     """Bring up the process group (accelerate does it on first device access)."""
     _ = args.device
     if os.environ.get("SLURMGEN_DEBUG"):
-        print(f"{runtime.LOG_PREFIX} device {args.device}", flush=True)
+        print(f"{outputs.LOG_PREFIX} device {args.device}", flush=True)

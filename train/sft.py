@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 
-from train import distenv, runtime
+from train import cli, data, devices, distenv, hub, program
 
-RENAMED = runtime.RENAMED_ARGS
+RENAMED = cli.RENAMED_ARGS
 CONVERSATIONAL = ("messages", "conversations", "prompt")
 
 
@@ -24,19 +24,19 @@ def check_quantization(model_args) -> None:
     if not (model_args.load_in_4bit or model_args.load_in_8bit):
         return
     flag = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit"
-    have_cuda, have_bnb = runtime.cuda_available(), runtime.bitsandbytes_available()
+    have_cuda, have_bnb = devices.cuda_available(), devices.bitsandbytes_available()
     if not (have_cuda and have_bnb):
-        raise runtime.UsageError(
+        raise cli.UsageError(
             f"{flag} needs CUDA and bitsandbytes (CUDA: {'yes' if have_cuda else 'no'}, "
             f"bitsandbytes: {'yes' if have_bnb else 'no'}); drop it to train without quantization"
         )
 
 
 def check_text_columns(ds, name: str, text_field: str) -> None:
-    present = runtime.column_names(ds)
+    present = data.column_names(ds)
     if text_field in present or any(c in present for c in CONVERSATIONAL):
         return
-    raise runtime.UsageError(
+    raise cli.UsageError(
         f"data set {name} has no column {text_field!r} or 'messages' "
         f"(columns present: {', '.join(present) or 'none'})"
     )
@@ -69,8 +69,8 @@ def load_tokenizer(model_args):
 
 
 def _main(argv: list[str]) -> dict | None:
-    runtime.reject_old_args(argv, RENAMED)
-    runtime.reject_old_config_keys(argv, RENAMED)
+    cli.reject_old_args(argv, RENAMED)
+    cli.reject_old_config_keys(argv, RENAMED)
     denv = distenv.setup()
     from train import hf  # imports transformers: after the cheap checks
 
@@ -81,8 +81,8 @@ def _main(argv: list[str]) -> dict | None:
     script_args, cfg, model_args = hf.parse_or_usage_error(parser, lambda: parser.parse_args_and_config(argv))
     hf.count_tokens_by_default(cfg, argv)
 
-    runtime.check_model_path(model_args.model_name_or_path)
-    runtime.check_data_path(script_args.dataset_name, "--dataset_name")
+    hub.check_model_path(model_args.model_name_or_path)
+    data.check_data_path(script_args.dataset_name, "--dataset_name")
     check_quantization(model_args)
     hf.touch_distributed(cfg)
 
@@ -90,11 +90,11 @@ def _main(argv: list[str]) -> dict | None:
     # tokenizes the same way. Timed (without model loading) for bench/bench_dataprep.py.
     t0 = time.perf_counter()
     with cfg.main_process_first(local=False, desc="load dataset"):
-        train_ds = runtime.load_data(script_args.dataset_name, script_args.dataset_train_split,
+        train_ds = data.load_data(script_args.dataset_name, script_args.dataset_train_split,
                                      script_args.dataset_config, script_args.dataset_streaming)
         eval_ds = None
         if cfg.eval_strategy != "no":
-            eval_ds = runtime.load_data(script_args.dataset_name, script_args.dataset_test_split,
+            eval_ds = data.load_data(script_args.dataset_name, script_args.dataset_test_split,
                                         script_args.dataset_config, script_args.dataset_streaming)
     check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
     prep = time.perf_counter() - t0
@@ -115,8 +115,8 @@ def _main(argv: list[str]) -> dict | None:
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run SFT; returns the metrics dict (also written to output_dir/metrics.json)."""
-    return runtime.run_main(_main, argv)
+    return program.run_main(_main, argv)
 
 
 if __name__ == "__main__":
-    runtime.exit_after(main)
+    program.exit_after(main)

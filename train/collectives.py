@@ -1,0 +1,92 @@
+"""The process group and the few collectives the entry points use directly.
+
+init_process_group (nccl on CUDA, gloo on CPU, env://, SLURMGEN_COLLECTIVE_TIMEOUT),
+destroy_process_group, barrier and broadcast_object. Each is a no-op in a single process
+(no group initialized), so callers need no ``if distributed``. active_group and
+collective_device are for the other modules that run collectives of their own (train.stop,
+train.outputs). torch is imported inside each function.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from train.cli import UsageError
+from train.distenv import DistEnv
+
+DEFAULT_COLLECTIVE_TIMEOUT = 600
+
+
+def collective_timeout() -> int:
+    raw = os.environ.get("SLURMGEN_COLLECTIVE_TIMEOUT")
+    if not raw:
+        return DEFAULT_COLLECTIVE_TIMEOUT
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise UsageError(f"SLURMGEN_COLLECTIVE_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise UsageError(f"SLURMGEN_COLLECTIVE_TIMEOUT must be positive, got {raw}")
+    return value
+
+
+def init_process_group(denv: DistEnv, device) -> None:
+    """nccl on CUDA, gloo on CPU (nccl on CPU fails); env:// from the exported variables."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if not denv.distributed or dist.is_initialized():
+        return
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(
+        backend="nccl" if device.type == "cuda" else "gloo",
+        init_method="env://",
+        rank=denv.rank,
+        world_size=denv.world_size,
+        timeout=datetime.timedelta(seconds=collective_timeout()),
+        **kwargs,
+    )
+
+
+def active_group():
+    """torch.distributed when a process group is up, else None."""
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def collective_device():
+    """Where a tensor for a collective must live: the current GPU under nccl, else the CPU."""
+    import torch
+
+    dist = active_group()
+    if dist is not None and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def barrier() -> None:
+    dist = active_group()
+    if dist is not None:
+        dist.barrier()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    dist = active_group()
+    if dist is None:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def destroy_process_group() -> None:
+    dist = active_group()
+    if dist is not None:
+        dist.destroy_process_group()

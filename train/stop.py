@@ -1,0 +1,80 @@
+"""The stop protocol between a run and its batch script.
+
+In: the stop file (SLURMGEN_STOP_FILE, created by the batch script at the time-limit or
+preemption warning) and SIGTERM (stop_on_term). stop_requested, called by every rank at every
+step, agrees on one answer across ranks, so all stop and checkpoint at the same step.
+Out: report_outcome, rank 0's "stopped STEP" or "finished STEP" in SLURMGEN_OUTCOME_FILE, from
+which the batch script decides whether to requeue. Also the SLURMGEN_TEST_STEP_SLEEP test hook,
+which slows a job's first run at every step boundary.
+
+slurmgen.task uses the same STOP_FILE_ENV name on the submit side.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from train.collectives import active_group, collective_device
+
+STOP_FILE_ENV = "SLURMGEN_STOP_FILE"
+# Rank 0 writes "stopped STEP" or "finished STEP" here at the end, so the batch script does not
+# requeue a run whose last step came before the warning could stop it.
+OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"
+# Test hook: seconds every rank pauses at each step boundary in a job's first run (before any
+# requeue), so an end-to-end time-limit test's first run cannot finish before the warning however
+# idle the machine, while the resumed run is not slowed.
+STEP_SLEEP_ENV = "SLURMGEN_TEST_STEP_SLEEP"
+
+_TERMINATED = False
+
+
+def stop_on_term() -> None:
+    """SIGTERM asks for a stop too: it is what ranks get at preemption where the site does not
+    send the job's own signal, and what torchrun passes on. The rank finishes its step and
+    checkpoints like at the stop file, instead of dying mid-step. A rank stuck in a collective
+    never gets there, and torchrun kills it 30 s later as before."""
+
+    global _TERMINATED
+    _TERMINATED = False
+
+    def note(signum, frame):
+        global _TERMINATED
+        _TERMINATED = True
+
+    try:
+        signal.signal(signal.SIGTERM, note)
+    except ValueError:  # not the main thread (e.g. called from a test's worker thread)
+        pass
+
+
+def stop_requested(is_main: bool) -> bool:
+    """Whether the stop file exists (seen by rank 0) or any rank got SIGTERM: agreed by every
+    rank, so all stop at the same step.
+
+    One 1-element all_reduce per call: cheap enough for every step.
+    """
+    if os.environ.get(STEP_SLEEP_ENV) and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+        time.sleep(float(os.environ[STEP_SLEEP_ENV]))
+    path = os.environ.get(STOP_FILE_ENV)
+    seen = _TERMINATED or bool(is_main and path and os.path.exists(path))
+    dist = active_group()
+    if dist is None:
+        return seen
+    import torch
+
+    flag = torch.tensor([1 if seen else 0], dtype=torch.int32, device=collective_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def report_outcome(stopped_early: bool, step: int) -> None:
+    """Rank 0's last word to the batch script: how training ended (see OUTCOME_FILE_ENV)."""
+    path = os.environ.get(OUTCOME_FILE_ENV)
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{'stopped' if stopped_early else 'finished'} {step}\n")
+    os.replace(tmp, path)
