@@ -110,7 +110,8 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
         additional_parameters=extra,
         # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
         # rank fails instead of leaving the others in a collective until it times out.
-        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1",
+        # --gpu-bind=none: every task sees its node's GPUs (task.node_gpus_visible).
+        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1", "--gpu-bind=none",
                    *container_args(spec, os.getcwd(), str(folder) if folder else None)],
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,

@@ -67,6 +67,19 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
         local_rank_env(env, master_port or 29500)
     else:  # a requeued job keeps its id, hence its port
         env["MASTER_PORT"] = str(master_port or job_port(job_id_of(env), port_range))
+        node_gpus_visible(env)
+
+
+def node_gpus_visible(env: MutableMapping[str, str]) -> None:
+    """Every task sees all of the job's GPUs on its node, and uses its own by local rank.
+
+    The step runs with --gpu-bind=none: per-task binding gave each task one GPU, hid the peers
+    from NCCL (no P2P/NVLink) and, with ConstrainDevices, denied them. Without binding Slurm
+    leaves CUDA_VISIBLE_DEVICES unset where a node holds several of the job's GPUs; the device
+    cgroup then shows CUDA just those, numbered 0..n-1, which this says explicitly."""
+    gpus = env.get("SLURM_GPUS_ON_NODE", "")
+    if "CUDA_VISIBLE_DEVICES" not in env and gpus.isdigit() and int(gpus) > 0:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(int(gpus)))
 
 
 def job_id_of(env) -> str:

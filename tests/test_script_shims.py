@@ -170,7 +170,7 @@ def test_warning_after_the_last_step_does_not_requeue_a_finished_run(render_args
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="finished 85"))
     assert rc == 0, err
-    assert "slurmgen: training finished (step 85) before the warning could stop it; not requeueing" in out
+    assert "slurmgen: training finished before the warning could stop it; not requeueing" in out
     assert not requeued(tmp_path)
 
 
@@ -178,7 +178,7 @@ def test_a_crash_after_the_warning_is_a_failure_not_a_checkpoint(render_args, tm
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_STOP_STATUS="5"))
     assert rc == 5, err
-    assert "slurmgen: ranks failed after the warning with no checkpoint saved; not requeueing" in err
+    assert "slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing" in err
     assert "requeueing job" not in out
     assert not requeued(tmp_path)
 
@@ -217,12 +217,23 @@ def test_restarts_are_counted_in_the_log_dir_not_by_slurm(render_args, tmp_path)
 
 
 def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
+    # Slurm refuses `scontrol requeue` during a preemption and requeues the job itself when its
+    # GraceTime ends: the script checkpoints, says so and waits, using up no restart.
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "0")
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 9",
-                                                  SHIM_PREEMPTED="1"))
-    assert rc == 0, err
-    assert "checkpoint saved at step 9; requeueing job 1234 (preempted; not counted)" in out
-    assert requeued(tmp_path) and not (tmp_path / "logs" / ".restarts-1234").exists()
+    proc = subprocess.Popen(["bash", str(script)],
+                            env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 9", SHIM_PREEMPTED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while '"show", "job"' not in (tmp_path / "calls.jsonl").read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    assert proc.poll() is None, "the script must wait for Slurm to requeue it"
+    proc.kill()  # what Slurm does at the end of the GraceTime
+    out, _ = proc.communicate(timeout=30)
+    assert "slurmgen: checkpoint saved at step 9; job 1234 preempted: Slurm requeues it" in out
+    assert not requeued(tmp_path) and not (tmp_path / "logs" / ".restarts-1234").exists()
 
 
 def test_term_is_a_stop_request_too(render_args, tmp_path):

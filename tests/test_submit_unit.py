@@ -147,6 +147,24 @@ def test_slurm_task_ranks_uneven(procid, nodeid, localid, local_world):
     assert env["OMP_NUM_THREADS"] == "3"
 
 
+@pytest.mark.parametrize("procid,nodeid,localid,gpus", [(1, 1, 0, "1"), (2, 2, 0, "2"), (3, 2, 1, "2")])
+def test_every_task_sees_its_nodes_gpus_and_uses_its_own(procid, nodeid, localid, gpus):
+    """With --gpu-bind=none Slurm leaves CUDA_VISIBLE_DEVICES unset on a node with several of the
+    job's GPUs: the task names them all and picks its own by local rank (NCCL sees its peers)."""
+    from train.distenv import DistEnv
+
+    env = slurm_task_env(procid, nodeid, localid)
+    del env["CUDA_VISIBLE_DEVICES"]
+    env["SLURM_GPUS_ON_NODE"] = gpus
+    task.prepare_environ(env, (), None, None)
+    denv = DistEnv.from_environ(env)
+    denv.export(env)
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in range(int(gpus)))
+    assert denv.device_index == localid
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (str(localid), gpus)
+    assert "--gpu-bind=none" in submission.slurm_parameters(UNEVEN)["srun_args"]
+
+
 def test_master_port_option_reaches_slurm_tasks():
     from train.distenv import DistEnv
 

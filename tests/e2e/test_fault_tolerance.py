@@ -178,11 +178,10 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
     # run's last stop check: that run finishes every step and says so instead.
     late = log.count("before the warning could stop it; not requeueing")
     assert late <= 1 and log.count("time limit or preemption warning: asking every rank to checkpoint") == restarts + late, log
-    how = "preempted; not counted" if preempted else rf"restart (\d+) of at most {max_restarts}"
-    requeues = re.findall(rf"checkpoint saved at step (\d+); requeueing job {job.job_id} \({how}\)", log)
-    if preempted:
-        requeues = [(s, "") for s in requeues]
+    if preempted:  # Slurm requeues a preempted job itself
+        requeues = [(s, "") for s in re.findall(rf"checkpoint saved at step (\d+); job {job.job_id} preempted: Slurm requeues it", log)]
     else:
+        requeues = re.findall(rf"checkpoint saved at step (\d+); requeueing job {job.job_id} \(restart (\d+) of at most {max_restarts}\)", log)
         assert [int(r) for _, r in requeues] == list(range(1, restarts + 1)), log
     assert len(requeues) == restarts, log
     saved = [int(s) for s in re.findall(r"stop requested, saved checkpoint at step (\d+)", log)]

@@ -23,7 +23,7 @@ def test_preempted_by_an_urgent_job_checkpoints_requeues_and_finishes(cluster, a
     up a restart, the urgent job runs, and the training job resumes and finishes every step."""
     production(cluster)
     steps = 30
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop", "--max-restarts", "0"],
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
                                ddp_args(assets, tmp_path, steps, save_steps=100), wait=False)
     urgent = None
     try:
@@ -38,8 +38,8 @@ def test_preempted_by_an_urgent_job_checkpoints_requeues_and_finishes(cluster, a
         if urgent:
             slurm_helpers.cancel(urgent)
     job = JobRun(job_id, info, tmp_path)
-    # --max-restarts 0: only a preemption, which does not count, can requeue this job.
-    saved = assert_stopped_and_resumed(job, steps, max_restarts=0, preempted=True)
+    # Both runs say "restart 0 of at most 3": a preemption uses up no restart.
+    saved = assert_stopped_and_resumed(job, steps, preempted=True)
     assert len(saved) == 1 and 4 <= saved[0] < steps
     assert slurm_helpers.job_info(urgent)["JobState"] == "COMPLETED"
 

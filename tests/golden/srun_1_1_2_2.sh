@@ -127,23 +127,25 @@ stop_components() {  # TERM (srun forwards it to its tasks), KILL 30 s later
 }
 
 requeue_or_finish() {  # exit status
-    local how="" step="" why="restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS"
+    local how="" step=""
     (( STOP_REQUESTED )) || exit "$1"
     read -r how step < "$SLURMGEN_OUTCOME_FILE" 2>/dev/null
-    # Preemptions do not use up --max-restarts (SLURM_RESTART_COUNT counts them too).
-    scontrol show job "$SLURM_JOB_ID" | grep -q 'PreemptTime=[0-9]' && why="preempted; not counted"
     if [[ $how == finished ]]; then
-        echo "slurmgen: training finished (step $step) before the warning could stop it; not requeueing"
+        echo "slurmgen: training finished before the warning could stop it; not requeueing"
     elif (( $1 )) && [[ $how != stopped ]]; then
-        echo "slurmgen: ranks failed after the warning with no checkpoint saved; not requeueing" >&2
-    elif [[ $why == p* ]] || (( RESTARTS < MAX_RESTARTS )); then
-        [[ $why == p* ]] || echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"
-        echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID ($why)"
+        echo "slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing" >&2
+    elif scontrol show job "$SLURM_JOB_ID" | grep -q 'PreemptTime=[0-9]'; then
+        # Slurm requeues a preempted job at the end of its GraceTime.
+        echo "slurmgen: ${step:+checkpoint saved at step $step; }job $SLURM_JOB_ID preempted: Slurm requeues it"
+        exec sleep 3600
+    elif (( RESTARTS < MAX_RESTARTS )); then
+        echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"
+        echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID (restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS)"
         scontrol requeue "$SLURM_JOB_ID" && exit 0
         echo "slurmgen: scontrol requeue failed" >&2
         exit 1
     else  # unfinished training must not look like success
-        echo "slurmgen: stopped at the time limit with training unfinished; not requeueing: $MAX_RESTARTS restart(s) used" >&2
+        echo "slurmgen: training unfinished; not requeueing: $MAX_RESTARTS restart(s) used" >&2
         exit 1
     fi
     exit "$1"
