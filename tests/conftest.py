@@ -25,3 +25,22 @@ def render_args(monkeypatch):
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def cluster_profile() -> str:
+    """The local cluster's profile (tests/localcluster.sh), as the test summary reports it."""
+    layout = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster")) / "layout"
+    try:
+        text = layout.read_text()
+    except OSError:
+        return "no local cluster"
+    profile = next((line.split("=", 1)[1] for line in text.splitlines() if line.startswith("PROFILE=")), "plain")
+    return f"local cluster, {profile} profile"
+
+
+def pytest_report_header(config):
+    return f"slurm: {cluster_profile()}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"end-to-end tests ran on: {cluster_profile()}")
