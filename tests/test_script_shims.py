@@ -1,4 +1,4 @@
-"""Run rendered scripts with recording stand-ins for srun, scontrol and torchrun on PATH.
+"""Run rendered scripts with recording stand-ins for srun, scontrol, torchrun and the job's Python.
 
 Unit level only: this checks the script's own arithmetic (node ranks, master address and port,
 fail-fast, requeue on the warning signal). The end-to-end tests run the same scripts on Slurm.
@@ -18,8 +18,9 @@ SHIMS = Path(__file__).parent / "shims"
 
 def render_to(render_args, tmp_path, *args):
     out = tmp_path / "job.sh"
+    python = [] if "--python" in args else ["--python", str(SHIMS / "python")]
     result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"),
-                         "--no-preflight", *args)
+                         "--no-preflight", *python, *args)
     assert result.exit_code == 0, result.output
     return out
 
@@ -36,6 +37,7 @@ def shim_env(tmp_path, **extra):
         SHIM_HOSTS_0="node1,node2",
         SHIM_HOSTS_1="node3,node4",
         SLURMGEN_POLL_SECONDS="0.1",
+        SHIM_REAL_PYTHON=sys.executable,
     )
     env.update(extra)
     return env
@@ -65,6 +67,8 @@ def test_uneven_layout_starts_one_torchrun_per_node(render_args, tmp_path):
     assert {flag(c["argv"], "master-addr") for c in runs} == {"node1"}
     assert {flag(c["argv"], "master-port") for c in runs} == {str(20000 + 1234 % 10000)}
     assert all(c["argv"][-4:] == ["-m", "train.sft", "--max_steps", "7"] for c in runs)
+    # torchrun is the job's own interpreter's (--python), as for every other step, not PATH's.
+    assert all(c["via_python"] for c in runs)
     assert all(c["env"]["USER_VALUE"] == "a b$c" for c in runs)
     sruns = sorted(calls(tmp_path, "srun"), key=lambda s: s["opts"]["het-group"])
     assert [s["opts"]["het-group"] for s in sruns] == ["0", "1"]
