@@ -278,3 +278,19 @@ def test_preflight_stops_components_that_share_a_node(render_args, tmp_path):
     assert "slurmgen: preflight failed; not starting training:" in proc.stdout
     assert re.search(r"^  \(job\)\s+distinct nodes\s+1\s+4$", proc.stdout, re.M), proc.stdout
     assert not calls(tmp_path, "torchrun")
+
+
+def test_a_warning_during_preflight_waits_for_every_preflight_step(render_args, tmp_path):
+    # USR2 lands while the preflight steps run: `wait` returns early, but the script keeps
+    # waiting until every step has reported, so the comparison sees the whole log; then training
+    # starts, stops at once with a checkpoint, and the job is requeued.
+    out = tmp_path / "job.sh"
+    result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"), "--nodes", "4",
+                         "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"), "--module", "json")
+    assert result.exit_code == 0, result.output
+    rc, stdout, stderr = warn_and_wait(out, shim_env(tmp_path, SHIM_PREFLIGHT_SLEEP="3", SHIM_WAIT_STOP="1",
+                                                     SHIM_OUTCOME="stopped 1", SHIM_GPUS_0="0", SHIM_GPUS_1="0,1"))
+    assert rc == 0, stdout + stderr
+    assert "slurmgen: preflight passed on 4 node(s)" in stdout, stdout + stderr
+    assert "asking every rank to checkpoint" in stdout
+    assert "checkpoint saved at step 1; requeueing job 1234 (restart 1 of at most 3)" in stdout

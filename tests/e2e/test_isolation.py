@@ -85,6 +85,25 @@ def test_rendered_script_ranks_see_their_nodes_gpus(cluster, tmp_path, launcher)
 
 
 @pytest.mark.timeout(300)
+def test_accelerate_launcher_on_a_uniform_layout(cluster, tmp_path):
+    """--launcher accelerate (uniform layouts only), end to end: 2 nodes x 2 GPUs, one accelerate
+    launcher per node, every rank placed and seeing its node's GPUs."""
+    production(cluster)
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    job = render_and_submit(tmp_path, ["--nodes", "2", "--gpus", "2", "--launcher", "accelerate",
+                                       "--script", str(probe), "--env", f"PROBE_DEVICES={DEVICES}"],
+                            [str(tmp_path / "ranks")], timeout=240)
+    assert job.state == "COMPLETED", job.log
+    both = {"nvidia0": "ENXIO", "nvidia1": "ENXIO"}
+    hosts = sorted({row[0] for row in table(tmp_path / "ranks").values()})
+    assert len(hosts) == 2
+    assert table(tmp_path / "ranks") == {
+        "0": (hosts[0], "0,1", "0", "2", both), "1": (hosts[0], "0,1", "1", "2", both),
+        "2": (hosts[1], "0,1", "0", "2", both), "3": (hosts[1], "0,1", "1", "2", both)}
+
+
+@pytest.mark.timeout(300)
 def test_submit_path_ranks_see_their_nodes_gpus(cluster, tmp_path):
     """One Slurm task per GPU, yet every task sees its node's GPUs (not one each: per-task
     binding hid the peers from NCCL and, with ConstrainDevices, denied them)."""
