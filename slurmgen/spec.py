@@ -166,6 +166,7 @@ class JobSpec:
     nccl_socket_ifname: Optional[str] = None
     hf_home: Optional[str] = None
     offline: bool = False
+    exclusive: bool = False
     container_image: Optional[str] = None
     container_mounts: Optional[str] = None
 

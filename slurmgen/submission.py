@@ -116,7 +116,7 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
                     constraint=spec.constraint, exclude=spec.exclude,
-                    nodelist=",".join(spec.nodelist) or None,
+                    nodelist=",".join(spec.nodelist) or None, exclusive=spec.exclusive or None,
                     setup=list(spec.setup) or None)
     params.update({k: v for k, v in optional.items() if v is not None})
     return params

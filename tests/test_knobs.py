@@ -96,3 +96,20 @@ def test_master_port_is_one_formula_for_scripts_and_tasks():
                                    env={"SLURM_JOB_ID": str(job_id)}, capture_output=True, text=True)
             assert int(shell.stdout) == job_port(str(job_id), port_range)
             assert port_range[0] <= job_port(str(job_id), port_range) <= port_range[1]
+
+
+def test_exclusive_whole_nodes_for_every_component(render_args):
+    """Het components may otherwise share a node; --exclusive asks Slurm for whole nodes in each."""
+    text, _ = render_text(render_args, "--nodes", "4", "--gpus", "1,1,2,2", "--exclusive")
+    components = text.split("#SBATCH hetjob")
+    assert len(components) == 2 and all("#SBATCH --exclusive\n" in c for c in components)
+    plain, _ = render_text(render_args)
+    assert "--exclusive" not in plain
+
+
+def test_exclusive_reaches_the_submit_path():
+    from slurmgen import submission
+    from slurmgen.spec import JobSpec
+
+    assert submission.slurm_parameters(JobSpec(gpus=(1, 2), exclusive=True))["exclusive"] is True
+    assert "exclusive" not in submission.slurm_parameters(JobSpec(gpus=(1, 2)))

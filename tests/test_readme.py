@@ -15,3 +15,14 @@ def test_readme_documents_every_option():
     readme = (ROOT / "README.md").read_text()
     missing = [decls[0] for decls, _ in JOB_OPTIONS if decls[0].split("/")[0] not in readme]
     assert missing == []
+
+
+def test_readme_shows_the_current_help():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    help_text = subprocess.run([str(Path(sys.executable).parent / "slurmgen"), "render", "--help"],
+                               capture_output=True, text=True, check=True, env=env).stdout
+    assert "\n```\n" + help_text.rstrip("\n") + "\n```\n" in (ROOT / "README.md").read_text()
