@@ -75,6 +75,8 @@ def test_a_rank_over_its_memory_limit_ends_the_job_promptly(cluster, tmp_path):
     log = job_log(tmp_path, job_id)
     assert info["State"] in ("FAILED", "OUT_OF_MEMORY"), log
     assert elapsed < 150, f"the job took {elapsed:.0f} s to end"
+    # Named in one line, with the node: "srun: error: node3: task 0: Out Of Memory".
+    assert re.search(r"srun: error: node3: task \d+: Out Of Memory", log), log
     assert re.search(r"Detected \d+ oom.kill event", log), log
     assert "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status" in log, log
     assert info["Restarts"] == "0" and "requeueing" not in log
