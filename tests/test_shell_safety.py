@@ -32,7 +32,8 @@ SLURM_NODEID=0 exec "$@"
 SCONTROL = """#!/bin/bash
 [[ "$1 $2" == "show hostnames" ]] && printf '%s\\n' "$3"
 """
-TORCHRUN = """#!/bin/bash
+# The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`.
+PYTHON = """#!/bin/bash
 printf '%s\\0' "$@" > "$SHIM_DIR/argv"
 printf '%s\\0' "$FUZZ_VALUE" > "$SHIM_DIR/env"
 """
@@ -41,7 +42,7 @@ printf '%s\\0' "$FUZZ_VALUE" > "$SHIM_DIR/env"
 @pytest.fixture(scope="module")
 def shim_dir():
     directory = Path(tempfile.mkdtemp(prefix="slurmgen-shims-"))
-    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), ("torchrun", TORCHRUN)):
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), ("python3", PYTHON)):
         (directory / name).write_text(text)
         (directory / name).chmod(0o755)
     yield directory
