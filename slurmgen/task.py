@@ -127,11 +127,11 @@ class _StopOnSignal:
         no user signal). Not when it says it finished every step: the warning came after its last
         stop check, and requeueing would only rerun a finished job. Every rank has the same
         metrics; a user's script returns None and is requeued on USR2 as before."""
-        stopped = isinstance(result, dict) and result.get("stopped_early") is True
-        if not (self.requested or stopped):
+        stopped_early = result.get("stopped_early") if isinstance(result, dict) else None
+        if not (self.requested or stopped_early is True):
             return
         signal.alarm(0)
-        if isinstance(result, dict) and result.get("stopped_early") is False:
+        if stopped_early is False:
             print(f"{START_MARK} training finished before the warning could stop it; not requeueing",
                   file=sys.stderr, flush=True)
         elif not callable(self.submitit_handler):
