@@ -81,12 +81,12 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
             verdict.lines.append(f"note: {_describe(node)}; not counted")
     taken: set[str] = set()
     per_component: dict[int, list[str]] = {}
-    mem = memory_mb(spec.mem)
     # Largest GPU counts first, each on the smallest nodes that suffice, so small jobs leave room.
     for comp in sorted(plan.components, key=lambda c: -c.gpus_per_node):
         pinned = set(spec.nodelist[i] for i, g in enumerate(spec.gpus) if g == comp.gpus_per_node) \
             if spec.nodelist else None
         cpus = comp.tasks_per_node * comp.cpus_per_task
+        mem = memory_mb(comp.mem) or (memory_mb(spec.mem_per_cpu) or 0) * cpus or None
         candidates = [n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
                       and (pinned is None or n.name in pinned)]
         short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]

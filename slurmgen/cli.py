@@ -13,7 +13,7 @@ from slurmgen.errors import OneLineErrors, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import render
-from slurmgen.spec import SpecError
+from slurmgen.spec import SpecError, compact_gpus
 
 
 def _check_output_path(output: str) -> None:
@@ -41,8 +41,15 @@ def write_atomically(path: str, text: str) -> None:
         raise
 
 
-def invoked_command() -> str:
-    return shlex.join(["slurmgen", *sys.argv[1:]])
+def invoked_command(argv=None) -> str:
+    """The command for the script's header, with a long --gpus list in its compact form."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(args):
+        if arg in ("--gpus", "-G") and i + 1 < len(args):
+            args[i + 1] = compact_gpus(args[i + 1])
+        elif arg.startswith("--gpus="):
+            args[i] = "--gpus=" + compact_gpus(arg[len("--gpus="):])
+    return shlex.join(["slurmgen", *args])
 
 
 class OneLineGroup(OneLineErrors, click.Group):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from slurmgen.spec import JobSpec, train_arg
+from slurmgen.spec import JobSpec, scale_mem, train_arg
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Component:
     tasks_per_node: int     # 1 (torchrun/accelerate agent per node) or one per GPU (srun)
     cpus_per_task: int
     nodelist: str = ""      # compressed host list when the user pinned nodes
+    mem: str = ""           # memory per node: --mem, or --mem-per-gpu times the GPUs of a node
 
     @property
     def ranks(self) -> int:
@@ -89,12 +90,13 @@ def materialize(spec: JobSpec) -> Plan:
     for index, (count, positions) in enumerate(group_nodes(spec.gpus)):
         hosts = [spec.nodelist[p] for p in positions] if spec.nodelist else []
         tasks = count if per_gpu_tasks else 1
-        cpus = spec.cpus_per_gpu if per_gpu_tasks else spec.cpus_per_gpu * count
+        cpus = spec.cpus_per_gpu if per_gpu_tasks else spec.cpus_per_node or spec.cpus_per_gpu * count
+        mem = scale_mem(spec.mem_per_gpu, count) if spec.mem_per_gpu else spec.mem or ""
         components.append(Component(
             index=index, nodes=len(positions), gpus_per_node=count,
             node_offset=node_offset, rank_offset=rank_offset,
             tasks_per_node=tasks, cpus_per_task=cpus,
-            nodelist=hostlist.collect_hostlist(hosts) if hosts else "",
+            nodelist=hostlist.collect_hostlist(hosts) if hosts else "", mem=mem,
         ))
         node_offset += len(positions)
         rank_offset += len(positions) * count
@@ -113,6 +115,22 @@ def summary(plan: Plan) -> str:
         lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node} GPU(s){where},"
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")
-    per_node = " | ".join(",".join(map(str, ranks)) for _, ranks in plan.node_ranks())
-    lines.append(f"  ranks per node: {per_node}")
+    lines.append(f"  ranks per node: {ranks_per_node(plan)}")
     return "\n".join(lines)
+
+
+# Beyond this many nodes, ranks per node are summarised per component rather than listed.
+LISTED_NODES = 16
+
+
+def ranks_per_node(plan: Plan) -> str:
+    """'0 | 1 | 2,3 | 4,5', or for large layouts one entry per component:
+    '8 each on node ranks 0-511 (global 0-4095); 4 each on node ranks 512-1023 (...)'."""
+    if plan.total_nodes <= LISTED_NODES:
+        return " | ".join(_span(ranks) for _, ranks in plan.node_ranks())
+    return "; ".join(f"{c.gpus_per_node} each on node ranks {c.node_offset}-{c.node_offset + c.nodes - 1}"
+                     f" (global {c.rank_offset}-{c.rank_offset + c.ranks - 1})" for c in plan.components)
+
+
+def _span(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks)) if len(ranks) <= 2 else f"{ranks[0]}-{ranks[-1]}"

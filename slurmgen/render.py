@@ -11,7 +11,9 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
-from slurmgen.spec import container_args, container_dirs, job_port_shell, rank_exports
+from slurmgen.passthrough import sbatch_lines
+from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, count_runs,
+                           gloo_socket_ifname, job_port_shell, rank_exports)
 
 
 def template_dir() -> Path:
@@ -76,9 +78,9 @@ def sbatch_quote(value) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def output_pattern(log_dir: str) -> str:
+def output_pattern(log_dir: str, name: str = DEFAULT_LOG_NAME) -> str:
     """Slurm expands %-patterns in --output; a literal % in the directory is written %%."""
-    return sbatch_quote(log_dir.replace("%", "%%") + "/%x-%j.out")
+    return sbatch_quote(log_dir.replace("%", "%%") + "/" + name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,12 +100,33 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def _common_options(spec) -> list[tuple[str, str]]:
-    """#SBATCH options repeated on every component, in a fixed order."""
+def _component_options(spec, comp) -> list[tuple[str, object]]:
+    """#SBATCH options of one component after its layout, in a fixed order: those Slurm applies
+    per component on every one, job-wide ones on the first only; (name, None) is a flag."""
+    first = comp.index == 0
     pairs = [("partition", spec.partition), ("account", spec.account), ("qos", spec.qos),
-             ("time", spec.time), ("mem", spec.mem), ("constraint", spec.constraint),
-             ("exclude", spec.exclude)]
-    return [(key, value) for key, value in pairs if value]
+             ("time", spec.time), ("mem", comp.mem), ("mem-per-cpu", spec.mem_per_cpu),
+             ("constraint", spec.constraint), ("exclude", spec.exclude), ("hint", spec.hint),
+             ("threads-per-core", spec.threads_per_core)]
+    if first:
+        pairs += [("reservation", spec.reservation), ("mail-type", spec.mail_type),
+                  ("mail-user", spec.mail_user), ("wait-all-nodes", 1 if spec.wait_all_nodes else None)]
+    return [(key, value) for key, value in pairs if value] + sbatch_lines(spec, first)
+
+
+def _words(args) -> str:
+    """Pass-through arguments as quoted words, each with a leading space."""
+    return "".join(f" {shell_quote(arg)}" for arg in args)
+
+
+def _master_iface(spec) -> str:
+    """The interface whose address --master-addr-ip gives: the first of --nccl-socket-ifname
+    when it names interfaces (not an exclusion list), else none (the name is resolved)."""
+    gloo = gloo_socket_ifname(spec.nccl_socket_ifname) if spec.nccl_socket_ifname else None
+    return gloo.split(",")[0] if gloo else ""
+
+
+_NO_PYTHON = {"torchrun": " --no-python", "accelerate": " --no_python", "srun": ""}
 
 
 # Known on the node only: the job's working directory and id, left for the shell to expand.
@@ -134,13 +157,7 @@ def _component_name(comp) -> str:
 
 def run_length(counts) -> str:
     """1,1,2,2 -> 1(x2),2(x2): Slurm's own compact form, so 1024 nodes stay one short line."""
-    runs: list[list[int]] = []
-    for count in counts:
-        if runs and runs[-1][0] == count:
-            runs[-1][1] += 1
-        else:
-            runs.append([count, 1])
-    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in runs)
+    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in count_runs(counts))
 
 
 def render(plan: Plan, command: str = "slurmgen render") -> str:
@@ -154,7 +171,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "command": command,
         "target": spec.target,
         "log_dir": spec.log_dir,
-        "output_pattern": output_pattern(spec.log_dir),
+        "output_pattern": output_pattern(spec.log_dir, spec.log_name),
+        "error_pattern": output_pattern(spec.log_dir, spec.error_name) if spec.error_log else "",
         "layout": run_length(spec.gpus),
         "job_port": job_port_shell(spec.port_range),
         "component_nodelist_vars": nodelist_vars,
@@ -162,7 +180,12 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "component_nodes": [f'"${{{var}:-}}"' for var in nodelist_vars],
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
-        "common_options": _common_options(spec),
+        "component_options": [_component_options(spec, c) for c in plan.components],
+        "srun_flags": _words(spec.srun_args),
+        # Launcher flags after slurmgen's own; a program is started as it is, without Python.
+        "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
+        "master_ip_iface": _master_iface(spec),
+        "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
         # pyxis cannot mount a directory that does not exist yet

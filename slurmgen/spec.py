@@ -6,6 +6,7 @@ raises SpecError with one line that names the value and what is allowed.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import unicodedata
@@ -20,6 +21,13 @@ DEFAULT_PORT_RANGE = (20000, 29999)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _MEM = re.compile(r"[0-9]+[KMGT]?\Z")
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
+              "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
+DEFAULT_LOG_NAME = "%x-%j.out"
+# Slurm's filename patterns (%j job id, %x job name, %N first node, ...), optionally zero-padded.
+_LOG_NAME_PART = re.compile(r"%(%|[0-9]*[AabJjNnstux])")
+_MAIL_USER = re.compile(r"[A-Za-z0-9_.+\-]+(@[A-Za-z0-9_.\-]+)?\Z")
 # Names Slurm takes in #SBATCH lines (partition, account, qos, node lists, features).
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
@@ -46,10 +54,8 @@ class SpecError(ValueError):
     """A user value is not acceptable; the message is the one line shown to the user."""
 
 
-def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
-    """'1,1,2,2' -> (1, 1, 2, 2); '8x512,4x512' repeats a count; a single count applies to every node."""
-    if nodes < 1:
-        raise SpecError(f"--nodes {nodes}: must be a positive integer")
+def _expand_counts(text: str) -> tuple[list[str], list[int]]:
+    """'8x2,4' -> (['8x2', '4'], [8, 8, 4]); SpecError names the part that is not a count."""
     counts: list[int] = []
     parts = [p.strip() for p in str(text).split(",")]
     for part in parts:
@@ -59,6 +65,14 @@ def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
         if sep and (not repeat.isdigit() or int(repeat) < 1):
             raise SpecError(f"--gpus {text!r}: {part!r} should be COUNTxNODES, e.g. 8x4")
         counts += [int(count)] * (int(repeat) if sep else 1)
+    return parts, counts
+
+
+def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
+    """'1,1,2,2' -> (1, 1, 2, 2); '8x512,4x512' repeats a count; a single count applies to every node."""
+    if nodes < 1:
+        raise SpecError(f"--nodes {nodes}: must be a positive integer")
+    parts, counts = _expand_counts(text)
     if len(parts) == 1 and "x" not in parts[0]:
         return tuple(counts * nodes)
     if len(counts) != nodes:
@@ -67,6 +81,23 @@ def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
             f" give one count per node or a single count for all"
         )
     return tuple(counts)
+
+
+def count_runs(counts) -> list[tuple[int, int]]:
+    """(1, 1, 2, 2) -> [(1, 2), (2, 2)]: each count with the number of nodes in its run."""
+    return [(count, len(list(run))) for count, run in itertools.groupby(counts)]
+
+
+def compact_gpus(text: str) -> str:
+    """--gpus as written -> the same layout with runs of three or more as COUNTxNODES, so that
+    1,024 counts written out record as '8x512,4x512'; text that is not a layout is kept."""
+    try:
+        _, counts = _expand_counts(text)
+    except SpecError:
+        return text
+    words = [f"{c}x{n}" if n >= 3 else ",".join([str(c)] * n) for c, n in count_runs(counts)]
+    compact = ",".join(words)
+    return compact if len(compact) < len(text) else text
 
 
 def parse_time(text: str) -> Optional[int]:
@@ -95,6 +126,13 @@ def parse_env(items) -> tuple[tuple[str, str], ...]:
             )
         pairs.append((key, value))
     return tuple(pairs)
+
+
+def scale_mem(size: str, factor: int) -> str:
+    """'16G' x 2 -> '32G': memory for a node of `factor` GPUs, in the unit it was given in."""
+    if size[-1].isalpha():
+        return f"{int(size[:-1]) * factor}{size[-1]}"
+    return str(int(size) * factor)
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -169,6 +207,22 @@ class JobSpec:
     exclusive: bool = False
     container_image: Optional[str] = None
     container_mounts: Optional[str] = None
+    mem_per_gpu: Optional[str] = None
+    mem_per_cpu: Optional[str] = None
+    cpus_per_node: Optional[int] = None
+    reservation: Optional[str] = None
+    mail_type: Optional[str] = None
+    mail_user: Optional[str] = None
+    hint: Optional[str] = None
+    threads_per_core: Optional[int] = None
+    wait_all_nodes: bool = False
+    error_log: bool = False
+    log_name: str = DEFAULT_LOG_NAME
+    sbatch: tuple[str, ...] = ()           # NAME or NAME=VALUE, sbatch long options
+    srun_args: tuple[str, ...] = ()        # added to every training step
+    launcher_args: tuple[str, ...] = ()    # added to torchrun or accelerate
+    exec: Optional[str] = None             # a program (not Python) run per rank
+    master_addr_ip: bool = False
 
     @property
     def nodes(self) -> int:
@@ -210,8 +264,7 @@ class JobSpec:
                 )
         if self.cpus_per_gpu < 1:
             raise SpecError(f"--cpus-per-gpu {self.cpus_per_gpu}: must be a positive integer")
-        if self.mem is not None and not _MEM.match(self.mem):
-            raise SpecError(f"--mem {self.mem!r}: expected a size such as 64G, 512M or 0 (all)")
+        self._validate_resources()
         if self.master_port is not None and not 1024 <= self.master_port <= 65535:
             raise SpecError(f"--master-port {self.master_port}: must be between 1024 and 65535")
         if self.grace < 0:
@@ -237,12 +290,68 @@ class JobSpec:
         if not printable_line(self.log_dir):
             raise SpecError(f"--log-dir {self.log_dir!r}: must be printable text on one line")
         _check_no_newline("--python", self.python)
+        self._validate_logs()
+        from slurmgen import passthrough  # the escape hatches' own rules
+
+        passthrough.validate(self)
         return self
 
+    def _validate_resources(self) -> None:
+        """Memory, CPUs and placement beyond the layout."""
+        given = [(o, v) for o, v in (("--mem", self.mem), ("--mem-per-gpu", self.mem_per_gpu),
+                                     ("--mem-per-cpu", self.mem_per_cpu)) if v is not None]
+        if len(given) > 1:
+            raise SpecError(f"{given[0][0]} {given[0][1]!r} and {given[1][0]} {given[1][1]!r}:"
+                            " choose one way to ask for memory")
+        for option, value in given:
+            if not _MEM.match(value):
+                raise SpecError(f"{option} {value!r}: expected a size such as 64G, 512M or 0 (all)")
+            if option != "--mem" and int(value.rstrip("KMGT")) == 0:
+                raise SpecError(f"{option} {value!r}: must be more than zero")
+        if self.cpus_per_node is not None:
+            if self.cpus_per_node < 1:
+                raise SpecError(f"--cpus-per-node {self.cpus_per_node}: must be a positive integer")
+            if self.launcher == "srun":
+                raise SpecError(f"--cpus-per-node {self.cpus_per_node}: for the launchers with one"
+                                " agent per node (torchrun, accelerate); --launcher srun runs a task"
+                                " per GPU, use --cpus-per-gpu")
+        if self.hint is not None and self.hint not in HINTS:
+            raise SpecError(f"--hint {self.hint!r}: choose one of {', '.join(HINTS)}")
+        if self.threads_per_core is not None:
+            if self.threads_per_core < 1:
+                raise SpecError(f"--threads-per-core {self.threads_per_core}: must be a positive integer")
+            if self.hint is not None:
+                raise SpecError(f"--hint {self.hint!r} and --threads-per-core {self.threads_per_core}:"
+                                " Slurm takes only one of them")
+        _check_word("--reservation", self.reservation)
+        if self.mail_type is not None:
+            bad = [t for t in self.mail_type.split(",") if t.upper() not in MAIL_TYPES]
+            if bad or not self.mail_type:
+                raise SpecError(f"--mail-type {self.mail_type!r}: {bad[0] if bad else ''!r} is not one of"
+                                f" {', '.join(MAIL_TYPES)} (several: comma-separated)")
+        if self.mail_user is not None and not _MAIL_USER.match(self.mail_user):
+            raise SpecError(f"--mail-user {self.mail_user!r}: expected a user name or an address")
+
+    def _validate_logs(self) -> None:
+        name = self.log_name
+        if not printable_line(name) or "/" in name:
+            raise SpecError(f"--log-name {name!r}: a file name (no /) on one line; the directory"
+                            " is --log-dir")
+        stray = _LOG_NAME_PART.sub("", name)
+        if "%" in stray:
+            raise SpecError(f"--log-name {name!r}: unknown % pattern; Slurm's are %j (job id), %x"
+                            " (job name), %N (first node), %u (user), %A %a %J %n %s %t %b, %% for %")
+
     def _validate_target(self) -> None:
-        if self.script and self.module and self.module != DEFAULT_MODULE:
-            raise SpecError(f"--script {self.script!r} and --module {self.module!r}: choose one")
-        if self.script is not None:
+        chosen = [(o, v) for o, v in (("--module", self.module if self.module != DEFAULT_MODULE else None),
+                                      ("--script", self.script), ("--exec", self.exec)) if v]
+        if len(chosen) > 1:
+            raise SpecError(f"{chosen[0][0]} {chosen[0][1]!r} and {chosen[1][0]} {chosen[1][1]!r}:"
+                            " choose one")
+        if self.exec is not None:
+            if not printable_line(self.exec) or self.exec.startswith("-"):
+                raise SpecError(f"--exec {self.exec!r}: a program name or path on one line")
+        elif self.script is not None:
             if not os.path.isfile(self.script):
                 raise SpecError(f"--script {self.script!r}: no such file")
         elif not self.module or not _MODULE.match(self.module):
@@ -250,10 +359,25 @@ class JobSpec:
 
     @property
     def target(self) -> tuple[str, str]:
-        """('module', 'train.sft') or ('script', '/abs/path.py')."""
+        """('module', 'train.sft'), ('script', '/abs/path.py') or ('exec', 'program')."""
+        if self.exec is not None:
+            return "exec", self.exec
         if self.script is not None:
             return "script", self.script
         return "module", self.module
+
+    @property
+    def threads_per_rank(self) -> int:
+        """OMP_NUM_THREADS: the CPUs of one rank (with --cpus-per-node, those of the busiest node)."""
+        if self.cpus_per_node is not None:
+            return max(1, self.cpus_per_node // max(self.gpus))
+        return self.cpus_per_gpu
+
+    @property
+    def error_name(self) -> str:
+        """The stderr file beside the log (--error-log): its name with .err for .out."""
+        stem = self.log_name[:-4] if self.log_name.endswith(".out") else self.log_name
+        return stem + ".err"
 
 
 def train_arg(args, *flags: str) -> Optional[str]:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
 from slurmgen import submitit_adapter, watch
-from slurmgen.spec import JobSpec, SpecError, container_args, rank_exports
+from slurmgen.passthrough import split_sbatch
+from slurmgen.spec import DEFAULT_LOG_NAME, JobSpec, SpecError, container_args, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
@@ -82,6 +83,15 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.launcher == "accelerate":
         raise SpecError("--launcher accelerate: python -m slurmgen.submit starts one task per GPU"
                         " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
+    if spec.launcher_args:
+        raise SpecError(f"--launcher-arg {spec.launcher_args[0]!r}: python -m slurmgen.submit starts"
+                        " no launcher (one task per GPU); use --srun-arg for srun's own options")
+    if spec.cpus_per_node is not None:
+        raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
+                        " task per GPU; use --cpus-per-gpu")
+    if spec.log_name != DEFAULT_LOG_NAME:
+        raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
+                        " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
 
 
 def world_size(spec: JobSpec) -> int:
@@ -101,6 +111,13 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
     extra = {"ntasks": world_size(spec), "gpus_per_task": 1}
     if minutes is not None:
         extra["time"] = spec.time  # exactly as given, seconds included
+    flags = dict(hint=spec.hint, threads_per_core=spec.threads_per_core, reservation=spec.reservation,
+                 mail_type=spec.mail_type, mail_user=spec.mail_user,
+                 wait_all_nodes=1 if spec.wait_all_nodes else None)
+    extra.update({k: v for k, v in flags.items() if v is not None})
+    # --sbatch NAME (a flag) or NAME=VALUE, as submitit writes them
+    extra.update({name.replace("-", "_"): True if value is None else value
+                  for name, value in map(split_sbatch, spec.sbatch)})
     params = dict(
         job_name=spec.job_name,
         nodes=spec.nodes,
@@ -112,9 +129,10 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
         # rank fails instead of leaving the others in a collective until it times out.
         # --gpu-bind=none: every task sees its node's GPUs (task.node_gpus_visible).
         srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1", "--gpu-bind=none",
-                   *container_args(spec, os.getcwd(), str(folder) if folder else None)],
+                   *container_args(spec, os.getcwd(), str(folder) if folder else None), *spec.srun_args],
     )
     optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
+                    mem_per_gpu=spec.mem_per_gpu, mem_per_cpu=spec.mem_per_cpu,
                     constraint=spec.constraint, exclude=spec.exclude,
                     nodelist=",".join(spec.nodelist) or None, exclusive=spec.exclusive or None,
                     setup=list(spec.setup) or None)
@@ -144,7 +162,8 @@ def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
         port = free_port()
     return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
                      master_port=port, collective_timeout=spec.collective_timeout,
-                     grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range))
+                     grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range),
+                     master_ip=spec.master_addr_ip)
 
 
 def free_port() -> int:

@@ -167,7 +167,7 @@ def _one_line_excepthook() -> None:
 class TrainTask:
     """The checkpointable callable submitit runs in every task. Returns the entry point's metrics."""
 
-    target: tuple  # ("module", "train.sft") or ("script", "/abs/train.py")
+    target: tuple  # ("module", "train.sft"), ("script", "/abs/train.py") or ("exec", "program")
     train_args: tuple = ()
     env: tuple = ()  # (KEY, VALUE) pairs for every rank
     master_port: Optional[int] = None  # None: derived from the job id (Slurm), free port (local)
@@ -175,6 +175,7 @@ class TrainTask:
     grace: int = 180
     threads: Optional[int] = None  # OMP_NUM_THREADS unless set: the CPUs per GPU
     port_range: tuple = (20000, 29999)  # for the port derived from the job id
+    master_ip: bool = False  # --master-addr-ip: MASTER_ADDR as rank 0's IPv4 address
 
     def __call__(self) -> Optional[dict]:
         environ = os.environ
@@ -184,6 +185,8 @@ class TrainTask:
 
         denv = DistEnv.from_environ(environ)
         denv.export(environ)
+        if self.master_ip:
+            environ["MASTER_ADDR"] = socket.gethostbyname(environ["MASTER_ADDR"])
         print(f"{START_MARK} task {denv.rank} on {socket.gethostname()}: {denv.describe()}",
               flush=True)
         stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace)
@@ -207,6 +210,17 @@ class TrainTask:
         kind, name = self.target
         sys.argv = [name, *self.train_args]
         try:
+            if kind == "exec":  # a program, not Python: its exit status is the outcome
+                import subprocess
+
+                try:
+                    status = subprocess.run([name, *self.train_args]).returncode
+                except OSError as err:
+                    _one_line_excepthook()
+                    raise TrainingFailed(f"--exec {name}: {err.strerror}") from None
+                if status:
+                    raise SystemExit(status)
+                return None
             if kind == "script":
                 import runpy
 

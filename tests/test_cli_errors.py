@@ -27,6 +27,56 @@ CASES = [
      "--nodelist 'node1,node2,node3': names 3 nodes for --nodes 2; give exactly one host per node"),
     (["--time", "2", "--grace", "300"], "--time '2': must be longer than the --grace period of 300 s"),
     (["--job-name", "a\tb"], "--job-name 'a\\tb': must be non-empty printable text on one line"),
+    # The options of real training scripts (issue 11).
+    (["--mem", "8G", "--mem-per-gpu", "16G"],
+     "--mem '8G' and --mem-per-gpu '16G': choose one way to ask for memory"),
+    (["--mem-per-gpu", "16GB"], "--mem-per-gpu '16GB': expected a size such as 64G, 512M or 0 (all)"),
+    (["--mem-per-cpu", "0"], "--mem-per-cpu '0': must be more than zero"),
+    (["--cpus-per-node", "0"], "--cpus-per-node 0: must be a positive integer"),
+    (["--cpus-per-node", "8", "--launcher", "srun"],
+     "--cpus-per-node 8: for the launchers with one agent per node (torchrun, accelerate);"
+     " --launcher srun runs a task per GPU, use --cpus-per-gpu"),
+    (["--hint", "fast"], "--hint 'fast': choose one of compute_bound, memory_bound, multithread, nomultithread"),
+    (["--hint", "nomultithread", "--threads-per-core", "1"],
+     "--hint 'nomultithread' and --threads-per-core 1: Slurm takes only one of them"),
+    (["--threads-per-core", "0"], "--threads-per-core 0: must be a positive integer"),
+    (["--reservation", "a b"], "--reservation 'a b': contains characters Slurm does not accept here"),
+    (["--mail-type", "END,SOMETIMES"],
+     "--mail-type 'END,SOMETIMES': 'SOMETIMES' is not one of NONE, BEGIN, END, FAIL, REQUEUE, ALL,"
+     " INVALID_DEPEND, STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50,"
+     " ARRAY_TASKS (several: comma-separated)"),
+    (["--mail-user", "me; rm -rf ~"], "--mail-user 'me; rm -rf ~': expected a user name or an address"),
+    (["--log-name", "logs/%j.out"],
+     "--log-name 'logs/%j.out': a file name (no /) on one line; the directory is --log-dir"),
+    (["--log-name", "%q.out"],
+     "--log-name '%q.out': unknown % pattern; Slurm's are %j (job id), %x (job name), %N (first node),"
+     " %u (user), %A %a %J %n %s %t %b, %% for %"),
+    (["--sbatch", "nodes=4"], "--sbatch 'nodes=4': slurmgen writes --nodes itself; use --nodes and --gpus"),
+    (["--sbatch", "output=x.log"],
+     "--sbatch 'output=x.log': slurmgen writes --output itself; use --log-dir and --log-name"),
+    (["--sbatch", "signal=USR1@60"], "--sbatch 'signal=USR1@60': slurmgen writes --signal itself; use --grace"),
+    (["--sbatch", "--overcommit"],
+     "--sbatch '--overcommit': give the option without its dashes, e.g. --sbatch overcommit"),
+    (["--sbatch", "wrap=hostname"],
+     "--sbatch 'wrap=hostname': not an option slurmgen can pass on (the script is slurmgen's)"),
+    (["--sbatch", "comment=a\nb"], "--sbatch 'comment=a\\nb': the value must be printable text on one line"),
+    (["--srun-arg", "--ntasks=3"], "--srun-arg '--ntasks=3': slurmgen sets --ntasks itself; use --nodes and --gpus"),
+    (["--srun-arg", "-c8"], "--srun-arg '-c8': slurmgen sets -c8 itself; use --cpus-per-gpu or --cpus-per-node"),
+    (["--srun-arg", "--jobid=7"],
+     "--srun-arg '--jobid=7': slurmgen sets --jobid itself; use nothing: the steps run in this job"),
+    (["--srun-arg", "cores"],
+     "--srun-arg 'cores': expected an option starting with - (a value follows its option, or write OPTION=VALUE)"),
+    (["--launcher-arg", "--tee 3"],
+     "--launcher-arg '--tee 3': one word each; write --launcher-arg=--tee=3 or give --launcher-arg twice"),
+    (["--launcher-arg", "--nproc_per_node=8"],
+     "--launcher-arg '--nproc_per_node=8': slurmgen sets --nproc_per_node itself; use --nodes and --gpus"),
+    (["--launcher-arg", "--no-python"], "--launcher-arg '--no-python': slurmgen sets --no-python itself; use --exec"),
+    (["--launcher", "accelerate", "--launcher-arg", "--num_processes=8"],
+     "--launcher-arg '--num_processes=8': slurmgen sets --num_processes itself; use --nodes and --gpus"),
+    (["--launcher", "srun", "--launcher-arg=--tee=3"],
+     "--launcher-arg '--tee=3': --launcher srun starts no launcher; use --srun-arg for srun's own options"),
+    (["--exec", "train", "--module", "train.ddp_loop"], "--module 'train.ddp_loop' and --exec 'train': choose one"),
+    (["--exec", "-x"], "--exec '-x': a program name or path on one line"),
 ]
 
 
@@ -62,3 +112,24 @@ def test_stdout_output_keeps_summary_off_stdout(render_args, tmp_path, monkeypat
     assert result.exit_code == 0
     assert result.stdout.startswith("#!/bin/bash\n")
     assert "world size 4" in result.stderr
+
+
+@pytest.mark.parametrize("release,option,message", [
+    ((22, 5), "segment=4", "--sbatch 'segment=4': sbatch 22.05 has no option --segment"),
+    ((22, 5), "overcomit", "--sbatch 'overcomit': sbatch 22.05 has no option --overcomit; did you mean overcommit?"),
+    ((25, 11), "segment=4", None),
+    (None, "power=low", None),  # no sbatch here: any release slurmgen knows
+    ((25, 11), "power=low", "--sbatch 'power=low': sbatch 25.11 has no option --power"),
+])
+def test_sbatch_options_are_those_of_the_installed_release(release, option, message, render_args,
+                                                          tmp_path, monkeypatch):
+    from slurmgen import slurm_release
+
+    monkeypatch.setattr(slurm_release, "installed", lambda: release)
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "-o", "-", "--sbatch", option)
+    if message is None:
+        assert result.exit_code == 0, result.output
+        assert f"#SBATCH --{option}\n" in result.stdout
+    else:
+        assert (result.exit_code, result.stderr) == (2, f"slurmgen: error: {message}\n")

@@ -23,6 +23,19 @@ CASES = {
                        "--", "--max_steps", "100", "--output_dir", "runs/it's here"],
     "srun_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun", "--module", "train.ddp_loop"],
     "accelerate_2x4": ["--nodes", "2", "--gpus", "4", "--launcher", "accelerate", "--master-port", "29400"],
+    # The options of real training scripts (issue 11) on a het job: per-component memory and
+    # placement, job-wide ones on the first component only, and every pass-through.
+    "site_options_1_1_2_2": [
+        "--nodes", "4", "--gpus", "1,1,2,2", "--exclusive", "--mem-per-gpu", "16G", "--cpus-per-node", "6",
+        "--hint", "nomultithread", "--reservation", "maint", "--mail-type", "END,FAIL",
+        "--mail-user", "ml-team@example.org", "--wait-all-nodes", "--error-log",
+        "--log-name", "train-%x-%j.log", "--sbatch", "overcommit", "--sbatch", "comment=run 7",
+        "--sbatch", "begin=now+10", "--srun-arg=--cpu-bind=cores", "--srun-arg", "-l",
+        "--launcher-arg=--tee=3", "--launcher-arg", "--redirects", "--launcher-arg", "3",
+        "--master-addr-ip", "--nccl-socket-ifname", "ib0", "--exec", "titan-train",
+        "--", "--job.config_file", "llama3_8b.toml"],
+    "srun_exec_mem_per_cpu": ["--nodes", "2", "--gpus", "2", "--launcher", "srun", "--exec", "/opt/bin/train",
+                              "--mem-per-cpu", "4G", "--threads-per-core", "1", "--master-addr-ip"],
 }
 
 

@@ -25,7 +25,6 @@ MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running inside 
 # Two jobs sharing a node get different ports.
 MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 export MASTER_ADDR MASTER_PORT
-# One thread per CPU of a rank, unless already set.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=1
 export SLURMGEN_COLLECTIVE_TIMEOUT=600

@@ -31,7 +31,6 @@ MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not run
 # Two jobs sharing a node get different ports.
 MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 export MASTER_ADDR MASTER_PORT
-# One thread per CPU of a rank, unless already set.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=6
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
@@ -45,13 +44,13 @@ echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname
 
 # Preflight: nodes that differ in software, or lack the target or model, stop the job here.
 read -r -d '' PREFLIGHT_REPORT <<'PY'
-import importlib.metadata as md, importlib.util, json, os, socket, sys, platform
+import importlib.metadata as md, importlib.util, json, os, shutil, socket, sys, platform
 def version(name):
     try: return md.version(name)
     except md.PackageNotFoundError: return "missing"
 nccl = next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) if v != "missing"), "none")
 kind, target, model, expected = sys.argv[1:5]
-try: found = importlib.util.find_spec(target) is not None if kind == "module" else os.path.isfile(target)
+try: found = importlib.util.find_spec(target) if kind == "module" else shutil.which(target) if kind == "exec" else os.path.isfile(target)
 except ImportError: found = False
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
@@ -64,7 +63,7 @@ PY
 read -r -d '' PREFLIGHT_COMPARE <<'PY'
 import collections, json, sys
 reports = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("SLURMGEN_PREFLIGHT ")]
-hosts = len({r["host"] for r in reports})  # fewer: a report is missing, or components share a node
+hosts = len({r["host"] for r in reports})
 problems = [("(job)", "distinct nodes", str(hosts), sys.argv[2])] if hosts != int(sys.argv[2]) else []
 for f in ("python", "torch", "nccl", "transformers", "trl", "datasets"):
     usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
