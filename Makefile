@@ -6,6 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER := tests/localcluster.sh
 PYTEST_ARGS ?=
+# Which Slurm the cluster runs: system (Debian's 22.05) or a version built from ../shared/slurm
+# (24.11, 25.11): `make test SLURM=25.11`.
+SLURM ?= system
+export SLURMGEN_SLURM := $(SLURM)
+SLURM_BIN := $(shell bash $(CLUSTER) bin --slurm $(SLURM) 2>/dev/null)
+TEST_PATH := $(CURDIR)/$(VENV)/bin:$(if $(SLURM_BIN),$(SLURM_BIN):)$(PATH)
 
 .PHONY: venv system-deps test unit demo bench cluster-up cluster-down clean
 
@@ -19,10 +25,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[train,test]' --config-settings editable_mode=compat
 	touch $@
 
-# Debian's slurm-wlm, munge and shellcheck; only root can install them.
+# Debian's slurm-wlm, munge and shellcheck (and the SLURM version, built); only root can.
 system-deps:
 	@if [ "$$(id -u)" = 0 ]; then \
-		$(CLUSTER) install; \
+		$(CLUSTER) install --slurm $(SLURM) || exit 1; \
 		command -v shellcheck >/dev/null || { apt-get install -y -qq shellcheck >/dev/null; }; \
 	else echo "not root: skipping Debian packages; cluster tests will skip"; fi
 
@@ -30,11 +36,12 @@ system-deps:
 test: venv system-deps
 	@started=0; \
 	if [ "$$(id -u)" = 0 ]; then \
-		bash tests/cluster_lifecycle.sh || exit 1; \
-		if ! $(CLUSTER) status >/dev/null 2>&1; then $(CLUSTER) up && started=1 || exit 1; fi; \
+		PATH="$(TEST_PATH)" bash tests/cluster_lifecycle.sh || exit 1; \
+		if $(CLUSTER) status >/dev/null 2>&1; then $(CLUSTER) up --slurm $(SLURM) || exit 1; \
+		else $(CLUSTER) up --slurm $(SLURM) && started=1 || exit 1; fi; \
 	fi; \
 	status=0; \
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	PATH="$(TEST_PATH)" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$started = 1 ]; then $(CLUSTER) down; fi; \
 	exit $$status
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from slurmgen import slurm_release
 from slurmgen.cluster import ClusterInfo, Node
 from slurmgen.plan import Plan
 
@@ -63,11 +64,19 @@ def _short_of(node: Node, cpus: int, mem: int | None) -> str | None:
     return f"{node.name} has the GPUs but {' and '.join(missing)}" if missing else None
 
 
+# The releases the end-to-end suite runs on (tests/localcluster.sh --slurm).
+TESTED_RELEASES = ((22, 5), (24, 11), (25, 11))
+
+
 def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
     spec = plan.spec
     partition = spec.partition or cluster.default_partition
     verdict = Verdict(ok=True, lines=[f"cluster: {cluster.version}; partition {partition or '(none)'}"
                                       f"{'' if spec.partition else ' (default)'}"])
+    release = slurm_release.parse(cluster.version)
+    if release not in TESTED_RELEASES:
+        verdict.lines.append(f"warning: slurmgen is tested on Slurm {', '.join(map(slurm_release.name, TESTED_RELEASES))};"
+                             f" this cluster runs {cluster.version or 'an unknown version'}")
     if partition not in cluster.partitions:
         verdict.ok = False
         verdict.lines.append(f"cannot run: partition {partition!r} does not exist;"

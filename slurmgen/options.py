@@ -82,6 +82,8 @@ JOB_OPTIONS = [
                           help="Compute nodes never touch the hub: models and data are fetched into --hf-home now, on this node.")),
     (("--container-image",), dict(default=None, help="pyxis/enroot image for every step.")),
     (("--container-mounts",), dict(default=None, help="pyxis/enroot mounts, SRC:DST[,SRC:DST...].")),
+    (("--slurm-version",), dict(default=None, metavar="X.Y",
+                                help="Slurm release the job is for, e.g. 25.11 [default: that of the sbatch installed here].")),
     (("--sbatch",), dict(multiple=True, metavar="NAME[=VALUE]",
                          help="Any other sbatch long option, without dashes: --sbatch overcommit (repeatable).")),
     (("--srun-arg",), dict(multiple=True, metavar="ARG",
@@ -215,5 +217,6 @@ def spec_from_options(params: dict) -> JobSpec:
         launcher_args=tuple(params["launcher_arg"]),
         exec=params["exec"],
         master_addr_ip=params["master_addr_ip"],
+        slurm_version=params["slurm_version"],
     )
     return spec.validate()

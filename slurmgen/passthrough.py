@@ -140,8 +140,9 @@ def check_args(option: str, args, owned: dict) -> None:
 
 
 def validate(spec: JobSpec) -> None:
+    release = slurm_release.parse(spec.slurm_version) if spec.slurm_version else None
     for item in spec.sbatch:
-        check_sbatch(item)
+        check_sbatch(item, release)
     check_args("--srun-arg", spec.srun_args, SRUN_OWNED)
     if spec.launcher_args:
         if spec.launcher == "srun":

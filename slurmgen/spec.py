@@ -223,6 +223,7 @@ class JobSpec:
     launcher_args: tuple[str, ...] = ()    # added to torchrun or accelerate
     exec: Optional[str] = None             # a program (not Python) run per rank
     master_addr_ip: bool = False
+    slurm_version: Optional[str] = None    # X.Y; None: the installed sbatch's
 
     @property
     def nodes(self) -> int:
@@ -291,6 +292,9 @@ class JobSpec:
             raise SpecError(f"--log-dir {self.log_dir!r}: must be printable text on one line")
         _check_no_newline("--python", self.python)
         self._validate_logs()
+        if self.slurm_version is not None and not re.match(r"\d{2}\.\d{2}\Z", self.slurm_version):
+            raise SpecError(f"--slurm-version {self.slurm_version!r}: expected a release such as 22.05,"
+                            " 24.11 or 25.11")
         from slurmgen import passthrough  # the escape hatches' own rules
 
         passthrough.validate(self)
@@ -334,7 +338,7 @@ class JobSpec:
 
     def _validate_logs(self) -> None:
         name = self.log_name
-        if not printable_line(name) or "/" in name:
+        if not printable_line(name) or "/" in name or name in (".", ".."):
             raise SpecError(f"--log-name {name!r}: a file name (no /) on one line; the directory"
                             " is --log-dir")
         stray = _LOG_NAME_PART.sub("", name)

@@ -77,6 +77,18 @@ nothing_left() {
     fi
 }
 
+# munged_per_node N: N live munged of ours, each in another mount namespace than this shell
+munged_per_node() {
+    local f pid n=0
+    for f in "$STATE"/run/munged-node*.pid; do
+        pid=$(cat "$f" 2>/dev/null) || continue
+        [[ -d /proc/$pid ]] || continue
+        [[ $(readlink "/proc/$pid/ns/mnt") != "$(readlink /proc/$$/ns/mnt)" ]] || { echo "munged $pid shares our mount namespace"; return 1; }
+        n=$((n + 1))
+    done
+    [[ $n -eq $1 ]] || { echo "$n munged of ours, wanted $1"; return 1; }
+}
+
 rc_is() { [[ $LC_RC -eq $1 ]] || { echo "rc $LC_RC, wanted $1"; cat "$WORK/lc.out"; return 1; }; }
 
 status_is() {
@@ -148,6 +160,7 @@ else
 fi
 check "jobs run on node1..node4 with their own hostnames" hostnames_are 4
 check "$ETC_CONF links to the state dir" test "$(readlink "$ETC_CONF")" = "$STATE/etc/slurm.conf"
+check "one munged per node, each in the node's mount namespace" munged_per_node 4
 lc up
 check "up again says already up and exits 0 [${LC_MS} ms]" grep -q 'already up' "$WORK/lc.out"
 lc up --gpus 2,2

@@ -35,7 +35,18 @@ def cluster_profile() -> str:
     except OSError:
         return "no local cluster"
     profile = next((line.split("=", 1)[1] for line in text.splitlines() if line.startswith("PROFILE=")), "plain")
-    return f"local cluster, {profile} profile"
+    return f"local cluster, {profile} profile, Slurm {sbatch_version()}"
+
+
+def sbatch_version() -> str:
+    """The version of the sbatch the tests run (first on PATH): which Slurm the jobs ran on."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["sbatch", "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no sbatch)"
+    return out.split()[-1] if out.split() else "unknown"
 
 
 def pytest_report_header(config):

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A real multi-node Slurm cluster on one machine, for slurmgen's end-to-end tests.
 #
-#   tests/localcluster.sh install                 # Debian packages (slurm-wlm slurm-client munge iproute2)
-#   tests/localcluster.sh up [--profile auto|production|plain] [--gpus 1,1,2,2] [--nodes N]
-#                            [--cpus 16] [--mem 32000] [--cred-expire 120]
+#   tests/localcluster.sh install [--slurm system|24.11|25.11]
+#                            # Debian packages (slurm-wlm slurm-client munge iproute2); with a
+#                            # version, also builds that Slurm from ../shared/slurm (cached)
+#   tests/localcluster.sh up [--slurm system|24.11|25.11] [--profile auto|production|plain]
+#                            [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
+#   tests/localcluster.sh bin --slurm VERSION    # prints the PATH entries of that Slurm's commands
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
 #   tests/localcluster.sh down                    # stop what `up` started, remove what it made
 #
@@ -41,6 +44,15 @@
 # a symlink to it (an existing file is kept as /etc/slurm/slurm.conf.slurmgen-backup and restored
 # by `down`), so plain sbatch/srun/scontrol/sinfo find it from the host shell and inside jobs.
 # One such cluster per machine. Needs root.
+#
+# Slurm versions: "system" is Debian's (22.05.8). 24.11 and 25.11 are built from the release
+# tarballs in $SLURMGEN_SLURM_SOURCES (default: shared/slurm beside or inside the checkout),
+# checked against their SHA256SUMS, into $SLURMGEN_SLURM_BUILDS/VERSION-SHA (default
+# /var/cache/slurmgen/slurm), so a second install on the same machine does not rebuild. `up`
+# puts that version's commands first on PATH for the daemons, links its etc/slurm.conf to the
+# cluster's config for its clients, and records the version in the layout. Every node runs its
+# own munged (same key) in its own mount namespace: Slurm 23.02+ decodes a launch credential once
+# per munged, so one munged shared by all nodes fails every step on all nodes but one.
 set -euo pipefail
 
 STATE=${SLURMGEN_CLUSTER_DIR:-/tmp/slurmgen-cluster}
@@ -49,6 +61,10 @@ CTLD_PORT=${SLURMGEN_CLUSTER_PORT:-16817}
 NONS=${SLURMGEN_CLUSTER_NONS:-0}
 UP_TIMEOUT=${SLURMGEN_CLUSTER_TIMEOUT:-30}
 PROFILE_DEFAULT=${SLURMGEN_CLUSTER_PROFILE:-auto}
+CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SLURM_BUILDS=${SLURMGEN_SLURM_BUILDS:-/var/cache/slurmgen/slurm}
+SLURM_VERSIONS=(24.11 25.11)    # built from source; "system" is Debian's
+BUILD_PACKAGES=(build-essential libmunge-dev pkg-config python3)
 CGROUP_ROOT=/sys/fs/cgroup
 CGROUP_CONTROLLERS=(cpuset memory devices)   # what task/cgroup's Constrain* settings use
 GRACE_TIME=30                                 # seconds a preempted job has to checkpoint
@@ -87,8 +103,105 @@ need_root() {
 # ---------------------------------------------------------------------------------------------
 # install
 
+# slurm_sources: the directory with the release tarballs and their SHA256SUMS
+slurm_sources() {
+    local d
+    for d in "${SLURMGEN_SLURM_SOURCES:-}" "$CHECKOUT/shared/slurm" "$CHECKOUT/../shared/slurm"; do
+        [[ -n $d && -f $d/SHA256SUMS ]] && { (cd "$d" && pwd); return 0; }
+    done
+    return 1
+}
+
+# slurm_release VERSION: sets REL_TARBALL, REL_FULL (24.11.7), REL_SHA and REL_PREFIX
+slurm_release() {
+    local version=$1 src line
+    [[ " ${SLURM_VERSIONS[*]} " == *" $version "* ]] ||
+        die "--slurm wants system or one of ${SLURM_VERSIONS[*]} (got '$version')"
+    src=$(slurm_sources) || die "--slurm $version: no Slurm sources (SHA256SUMS and tarballs) in \$SLURMGEN_SLURM_SOURCES, $CHECKOUT/shared/slurm or $CHECKOUT/../shared/slurm"
+    line=$(grep -E "  slurm-${version//./\\.}\.[0-9]+\.tar\.gz\$" "$src/SHA256SUMS" | tail -n1) ||
+        die "--slurm $version: $src/SHA256SUMS lists no slurm-$version.N.tar.gz"
+    REL_SHA=${line%% *}
+    REL_TARBALL=$src/${line##* }
+    REL_FULL=${line##* slurm-}
+    REL_FULL=${REL_FULL%.tar.gz}
+    REL_PREFIX=$SLURM_BUILDS/$REL_FULL-${REL_SHA:0:12}
+}
+
+# build_slurm VERSION: configure, make, install into REL_PREFIX unless a finished build is there
+build_slurm() {
+    slurm_release "$1"
+    if [[ -f $REL_PREFIX/.slurmgen-built ]]; then
+        say "Slurm $REL_FULL already built in $REL_PREFIX"
+        return 0
+    fi
+    [[ -f $REL_TARBALL ]] || die "missing $REL_TARBALL"
+    echo "$REL_SHA  $REL_TARBALL" | sha256sum --check --status ||
+        die "$REL_TARBALL does not match its SHA256SUMS entry"
+    local work t0=$SECONDS
+    work=$(mktemp -d)
+    rm -rf "$REL_PREFIX"
+    mkdir -p "$REL_PREFIX"
+    say "building Slurm $REL_FULL into $REL_PREFIX (about 5 minutes on 2 cores; log $REL_PREFIX/build.log)"
+    if ! {
+        tar -xzf "$REL_TARBALL" -C "$work" &&
+            (cd "$work" && ./configure --prefix="$REL_PREFIX" --sysconfdir="$REL_PREFIX/etc" \
+                --without-hdf5 --without-rpath --disable-debug && make -j"$(nproc)" && make install)
+    } >"$REL_PREFIX/build.log.tmp" 2>&1; then
+        mv "$REL_PREFIX/build.log.tmp" "$work.log"
+        rm -rf "$work" "$REL_PREFIX"
+        tail -n 20 "$work.log" >&2
+        die "building Slurm $REL_FULL failed (full log: $work.log)"
+    fi
+    mv "$REL_PREFIX/build.log.tmp" "$REL_PREFIX/build.log"
+    rm -rf "$work"
+    mkdir -p "$REL_PREFIX/etc"
+    touch "$REL_PREFIX/.slurmgen-built"
+    say "built Slurm $REL_FULL in $((SECONDS - t0)) s"
+}
+
+apt_install() {
+    # Keep the packages' init scripts from starting system daemons: we run our own.
+    local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
+    fi
+    {
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+                "$@" >/dev/null
+    } || rc=$?
+    [[ $made_policy -eq 1 ]] && rm -f "$policy"
+    [[ $rc -eq 0 ]] || die "apt-get failed (rc=$rc)"
+}
+
 cmd_install() {
     need_root
+    local version=system
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --slurm) version=${2:?--slurm needs a value}; shift 2 ;;
+            --slurm=*) version=${1#*=}; shift ;;
+            *) die "install: unknown option '$1' (see $0 --help)" ;;
+        esac
+    done
+    install_system
+    [[ $version == system ]] && return 0
+    slurm_release "$version"
+    if [[ ! -f $REL_PREFIX/.slurmgen-built ]]; then
+        local missing=() p
+        for p in "${BUILD_PACKAGES[@]}"; do
+            dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+        done
+        if [[ ${#missing[@]} -gt 0 ]]; then
+            say "installing build dependencies: ${missing[*]}"
+            apt_install "${missing[@]}"
+        fi
+    fi
+    build_slurm "$version"
+}
+
+install_system() {
     local missing=() c
     for c in "${NEEDED_CMDS[@]}"; do
         command -v "$c" >/dev/null 2>&1 || missing+=("$c")
@@ -98,20 +211,7 @@ cmd_install() {
         return 0
     fi
     say "installing ${PACKAGES[*]} (missing: ${missing[*]})"
-    # Keep the packages' init scripts from starting system daemons: we run our own.
-    local policy=/usr/sbin/policy-rc.d made_policy=0
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1
-    fi
-    local rc=0
-    {
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-                "${PACKAGES[@]}" >/dev/null
-    } || rc=$?
-    [[ $made_policy -eq 1 ]] && rm -f "$policy"
-    [[ $rc -eq 0 ]] || die "apt-get failed (rc=$rc)"
+    apt_install "${PACKAGES[@]}"
     say "installed: $("$(exe_of slurmd)" -V 2>/dev/null)"
 }
 
@@ -283,9 +383,21 @@ load_layout() {
             CTLD_PORT) CTLD_PORT=$v ;;
             USE_UTS) USE_UTS=$v ;;
             PROFILE) PROFILE=$v ;;
+            SLURM) SLURM=$v ;;
+            SLURM_PREFIX) SLURM_PREFIX=$v ;;
         esac
     done <"$LAYOUT"
+    use_slurm_prefix
 }
+
+# use_slurm_prefix: the built version's commands first on PATH (nothing for Debian's)
+use_slurm_prefix() {
+    [[ -n ${SLURM_PREFIX:-} ]] && PATH=$SLURM_PREFIX/bin:$SLURM_PREFIX/sbin:$PATH
+    return 0
+}
+
+# slurm_version: the running daemons' version, e.g. 25.11.7
+slurm_version() { "$(exe_of slurmd)" -V 2>/dev/null | awk '{ print $2 }'; }
 
 node_names() {
     local i
@@ -407,8 +519,13 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((MEM / CPUS))
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-SlurmctldParameters=preempt_send_user_signal
 EOF
+            # the preempted job gets its --signal first; 23.02 renamed the setting
+            if [[ ${SLURM:-system} == system ]]; then
+                say "SlurmctldParameters=preempt_send_user_signal"
+            else
+                say "PreemptParameters=send_user_signal"
+            fi
         else
             printf 'TaskPlugin=task/none\nSelectTypeParameters=CR_CPU\n'
         fi
@@ -427,12 +544,13 @@ JobRequeue=1
 ReturnToService=2
 FirstJobId=$first_job
 MpiDefault=none
-SwitchType=switch/none
 InactiveLimit=0
 KillWait=5
 SlurmdTimeout=300
 Waittime=0
 EOF
+        # 23.02+ has no switch/none plugin (no SwitchType is the same)
+        [[ ${SLURM:-system} == system ]] && say "SwitchType=switch/none"
         for ((i = 1; i <= NODES; i++)); do
             g=${GPU_LIST[i - 1]}
             addr=$(node_addr "$i")
@@ -453,7 +571,6 @@ EOF
         cat >"$STATE/etc/cgroup.conf" <<EOF
 # slurmgen-cluster: written by tests/localcluster.sh up (profile production)
 CgroupPlugin=cgroup/v1
-CgroupAutomount=no
 CgroupMountpoint=$CGROUP_ROOT
 ConstrainDevices=yes
 ConstrainCores=yes
@@ -570,26 +687,37 @@ teardown_net() {
 }
 
 start_slurmd() {
-    # start_slurmd I: slurmd for nodeI, in its namespaces; daemonizes and writes its pid file
-    local i=$1 name=node$1 sd
+    # start_slurmd I: munged and slurmd for nodeI, in the node's own namespaces (mount, and net
+    # and uts where allowed); both daemonize and write their pid files
+    local i=$1 name=node$1 sd md
     sd=$(command -v slurmd)
+    md=$(command -v munged)
+    mkdir -p "$STATE/munge-$name"
+    chmod 0755 "$STATE/munge-$name"
     local -a pre=()
     [[ $MODE == netns ]] && pre=(nsenter "--net=/run/netns/$PREFIX-node$i")
-    if [[ $USE_UTS == 1 ]]; then
-        # shellcheck disable=SC2016  # $1..$3 expand in the inner shell
-        "${pre[@]}" unshare --uts -- sh -c 'hostname "$1" && exec "$2" -f "$3" -N "$1"' \
-            sh "$name" "$sd" "$CONF" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
-    else
-        "${pre[@]}" "$sd" -f "$CONF" -N "$name" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
-    fi
+    local -a uts=()
+    [[ $USE_UTS == 1 ]] && uts=(--uts)
+    # shellcheck disable=SC2016  # $1.. expand in the inner shell
+    "${pre[@]}" unshare --mount --propagation private "${uts[@]}" -- sh -c '
+        name=$1 state=$2 run=$3 sd=$4 md=$5 conf=$6 uts=$7
+        mount --bind "$state/munge-$name" "$state/munge" || exit 1
+        "$md" --force --socket="$state/munge/munge.socket.2" --key-file="$state/munge-key/munge.key" \
+            --pid-file="$run/munged-$name.pid" --log-file="$state/log/munged-$name.log" \
+            --seed-file="$state/munge-key/munged-$name.seed" || exit 1
+        [ "$uts" = 1 ] && { hostname "$name" || exit 1; }
+        exec "$sd" -f "$conf" -N "$name"' \
+        sh "$name" "$STATE" "$RUN" "$sd" "$md" "$CONF" "$USE_UTS" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
 }
 
 cmd_up() {
     need_root
     local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120
-    local explicit_gpus=0 profile_arg=$PROFILE_DEFAULT
+    local explicit_gpus=0 profile_arg=$PROFILE_DEFAULT slurm_arg=${SLURMGEN_SLURM:-system}
     while [[ $# -gt 0 ]]; do
         case $1 in
+            --slurm) slurm_arg=${2:?--slurm needs a value}; shift 2 ;;
+            --slurm=*) slurm_arg=${1#*=}; shift ;;
             --profile) profile_arg=${2:?--profile needs a value}; shift 2 ;;
             --profile=*) profile_arg=${1#*=}; shift ;;
             --gpus) gpus_arg=${2:?--gpus needs a value}; explicit_gpus=1; shift 2 ;;
@@ -613,13 +741,23 @@ cmd_up() {
     [[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SLURMGEN_CLUSTER_NET wants three octets like 10.213.47"
     local want
     want=$(expand_layout "$gpus_arg" "$nodes_arg")
+    local want_prefix=""
+    if [[ $slurm_arg != system ]]; then
+        slurm_release "$slurm_arg"
+        [[ -f $REL_PREFIX/.slurmgen-built ]] || die "Slurm $slurm_arg is not built: run '$0 install --slurm $slurm_arg' first"
+        want_prefix=$REL_PREFIX
+    fi
 
     local c
     for c in "${NEEDED_CMDS[@]}"; do
         command -v "$c" >/dev/null 2>&1 || die "'$c' not found: run '$0 install' first"
     done
 
-    if ctld_alive && load_layout; then
+    SLURM=system SLURM_PREFIX=""
+    if load_layout && ctld_alive; then
+        if [[ $slurm_arg != "$SLURM" ]]; then
+            die "already up with Slurm $SLURM; run '$0 down' first to change it to $slurm_arg"
+        fi
         if [[ $explicit_gpus == 1 && $want != "$GPUS" ]]; then
             die "already up with GPUs ${GPUS// /,}; run '$0 down' first to change the layout to ${want// /,}"
         fi
@@ -644,6 +782,8 @@ cmd_up() {
 
     local t0ns i
     t0ns=$(date +%s%N)
+    SLURM=$slurm_arg SLURM_PREFIX=$want_prefix
+    use_slurm_prefix
     GPUS=$want
     read -r -a GPU_LIST <<<"$GPUS"
     NODES=${#GPU_LIST[@]}
@@ -681,8 +821,8 @@ cmd_up() {
     USE_UTS=0
     unshare --uts -- true 2>/dev/null && USE_UTS=1
     {
-        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\n' \
-            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE"
+        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\nSLURM=%s\nSLURM_PREFIX=%s\n' \
+            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE" "$SLURM" "$SLURM_PREFIX"
     } >"$LAYOUT"
 
     local lines=()
@@ -697,6 +837,8 @@ cmd_up() {
     [[ $MODE == netns ]] && ctld_addr=$NET.1
     write_conf "$ctld_addr"
     install_conf_link
+    # a built Slurm's clients read their own etc/slurm.conf
+    [[ -n $SLURM_PREFIX ]] && ln -sfn "$CONF" "$SLURM_PREFIX/etc/slurm.conf"
 
     start_munged
     slurmctld -c -f "$CONF" >"$STATE/log/slurmctld.stdout" 2>&1 9>&- || fail_up "slurmctld failed to start"
@@ -724,7 +866,7 @@ cmd_up() {
 
     wait_for "$UP_TIMEOUT" "every node to be idle" all_nodes_in idle
     local ms=$((($(date +%s%N) - t0ns) / 1000000))
-    say "up in ${ms} ms: $NODES node(s), GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode, $PROFILE profile)"
+    say "up in ${ms} ms: $NODES node(s), GPUs ${GPUS// /,}, $CPUS CPUs and $MEM MB each ($MODE mode, $PROFILE profile, Slurm $(slurm_version))"
     print_usage
 }
 
@@ -779,7 +921,7 @@ cmd_down() {
     # best effort: every step runs even when one fails (set -e is restored on return)
     local -
     set +e
-    MODE=unknown NODES=0
+    MODE=unknown NODES=0 SLURM_PREFIX=""
     load_layout || true
     local sd ns f
     sd=$(exe_of slurmd)
@@ -803,6 +945,12 @@ cmd_down() {
         nsids+=("net:[$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)]")
     done
     kill_in_ns "${nsids[@]}"
+    for f in "$RUN"/munged-node*.pid; do
+        [[ -e $f ]] || continue
+        f=${f##*/}
+        f=${f%.pid}
+        stop_pidfile "$RUN/$f.pid" "$(exe_of munged)" "munged for ${f#munged-}"
+    done
     stop_pidfile "$RUN/slurmctld.pid" "$(exe_of slurmctld)" slurmctld
     stop_pidfile "$RUN/munged.pid" "$(exe_of munged)" munged
     if [[ -n $(our_cgroups) ]]; then
@@ -816,7 +964,8 @@ cmd_down() {
     fi
     remove_hosts_block
     restore_conf
-    rm -rf "$RUN" "$STATE/spool" "$LAYOUT"
+    [[ -n ${SLURM_PREFIX:-} && -L $SLURM_PREFIX/etc/slurm.conf ]] && rm -f "$SLURM_PREFIX/etc/slurm.conf"
+    rm -rf "$RUN" "$STATE/spool" "$LAYOUT" "$STATE"/munge-node*
     say "down (logs kept in $STATE/log)"
 }
 
@@ -824,7 +973,8 @@ cmd_down() {
 # status
 
 cmd_status() {
-    MODE=unknown NODES=0 GPUS="" PROFILE=""
+    MODE=unknown NODES=0 GPUS="" PROFILE="" SLURM_PREFIX=""
+    load_layout || true
     if ! ctld_alive; then
         if leftovers; then
             say "broken: slurmctld is not running but parts of the cluster are left; run: $0 down"
@@ -839,7 +989,7 @@ cmd_status() {
     fi
     local problems
     problems=$(health_problems)
-    say "up ($MODE mode, ${PROFILE:-plain} profile, GPUs ${GPUS// /,}, state dir $STATE)"
+    say "up ($MODE mode, ${PROFILE:-plain} profile, Slurm $(slurm_version), GPUs ${GPUS// /,}, state dir $STATE)"
     timeout 10 sinfo -N -o '%N %9T %C %G' 2>&1 || true
     if [[ -n $problems ]]; then
         say "broken: $problems; restart with: $0 down && $0 up"
@@ -854,6 +1004,7 @@ health_problems() {
     pid_alive "$RUN/munged.pid" "$(exe_of munged)" || out+=("munged is not running")
     for ((f = 1; f <= NODES; f++)); do
         pid_alive "$RUN/slurmd-node$f.pid" "$(exe_of slurmd)" || out+=("slurmd for node$f is not running")
+        pid_alive "$RUN/munged-node$f.pid" "$(exe_of munged)" || out+=("munged for node$f is not running")
     done
     all_nodes_in "$HEALTHY_STATES" || out+=("not every node is idle/mixed/allocated")
     local IFS=';'
@@ -861,6 +1012,16 @@ health_problems() {
 }
 
 # ---------------------------------------------------------------------------------------------
+
+cmd_bin() {
+    # bin --slurm VERSION: PATH entries for that Slurm's commands (nothing for Debian's)
+    local version=system
+    [[ ${1:-} == --slurm ]] && version=${2:?--slurm needs a value}
+    [[ ${1:-} == --slurm=* ]] && version=${1#*=}
+    [[ $version == system ]] && return 0
+    slurm_release "$version"
+    printf '%s/bin:%s/sbin\n' "$REL_PREFIX" "$REL_PREFIX"
+}
 
 lock() {
     # one up/down at a time (several test sessions may call `up` at once); every daemon is
@@ -875,6 +1036,7 @@ main() {
     [[ $# -gt 0 ]] && shift
     case $cmd in
         install) cmd_install "$@" ;;
+        bin) cmd_bin "$@" ;;
         up) lock; cmd_up "$@" ;;
         down) lock; cmd_down "$@" ;;
         status) cmd_status "$@" ;;

@@ -67,3 +67,21 @@ def test_cpus_and_memory_count_as_well_as_gpus():
     assert "1 usable (node1)" in v.text()
     assert "  node2 has the GPUs but 4 CPUs (needs 8)" in v.text()
     assert "  node3 has the GPUs but 8000 MB of memory (needs 16384)" in v.text()
+
+
+def test_the_slurm_version_is_named_and_an_untested_one_warned_about():
+    default, nodes = parse_sinfo(SINFO)
+    plan = materialize(JobSpec(gpus=(1,)).validate())
+    for version, warned in (("slurm 22.05.8", False), ("slurm 25.11.7", False), ("slurm 23.02.1", True)):
+        text = assess(plan, ClusterInfo(version=version, default_partition=default, nodes=tuple(nodes))).text()
+        assert text.startswith(f"cluster: {version}; ")
+        warning = ("warning: slurmgen is tested on Slurm 22.05, 24.11, 25.11;"
+                   f" this cluster runs {version}")
+        assert (warning in text) is warned
+
+
+def test_mem_per_gpu_and_cpus_per_node_count_per_component():
+    v = verdict((1, 2), mem_per_gpu="20000M", cpus_per_node=16)
+    assert v.ok, v.text()
+    v = verdict((1, 2), cpus_per_node=17)
+    assert not v.ok and "16 CPUs (needs 17)" in v.text()

@@ -67,3 +67,24 @@ def test_unknown_profile(render_args, profile_dir):
     assert result.exit_code == 2
     assert result.stderr == (f"slurmgen: error: --profile 'tiny': {profile_dir / 'slurmgen.toml'}"
                              " has no [tiny] table; it has big, default\n")
+
+
+def test_a_profile_carries_the_options_of_real_training_scripts(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "slurmgen.toml").write_text(
+        '[big]\nnodes = 2\ngpus = 8\nexclusive = true\nmem-per-gpu = "80G"\nhint = "nomultithread"\n'
+        'reservation = "hero"\nmail-type = "FAIL"\nerror-log = true\nlog-name = "%x-%j.log"\n'
+        'sbatch = ["overcommit", "comment=big run"]\nsrun-arg = ["--cpu-bind=cores"]\n'
+        'launcher-arg = ["--tee=3"]\nmaster-addr-ip = true\n')
+    result = render_args("render", "--profile", "big")
+    assert result.exit_code == 0, result.output
+    text = script(tmp_path)
+    for line in ("#SBATCH --exclusive", "#SBATCH --mem=640G", "#SBATCH --hint=nomultithread",
+                 "#SBATCH --reservation=hero", "#SBATCH --mail-type=FAIL", "#SBATCH --overcommit",
+                 '#SBATCH --comment="big run"', f"#SBATCH --output={tmp_path}/logs/%x-%j.log",
+                 f"#SBATCH --error={tmp_path}/logs/%x-%j.log.err"):
+        assert line in text.splitlines()
+    assert "--kill-on-bad-exit=1 '--cpu-bind=cores' \\" in text
+    assert "--rdzv-conf=timeout=300 '--tee=3' \\" in text
+    assert "getent ahostsv4" in text

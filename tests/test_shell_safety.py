@@ -1,6 +1,7 @@
 """Shell safety, proven by property: arbitrary printable values in the job name, environment
-values, setup lines' arguments, paths and training arguments give scripts that pass `bash -n` and
-shellcheck, and, run with recording stand-ins, every value arrives byte for byte."""
+values, setup lines' arguments, paths, log names, pass-through sbatch, srun and launcher
+arguments, the program and training arguments give scripts that pass `bash -n` and shellcheck,
+and, run with recording stand-ins, every value arrives byte for byte."""
 import os
 import shlex
 import shutil
@@ -26,6 +27,7 @@ printable = st.text(
 
 # Fast stand-ins (bash): one node, so each runs once; they record NUL-separated values.
 SRUN = """#!/bin/bash
+printf '%s\\0' "$@" > "$SHIM_DIR/srun_argv"
 while [[ "$1" == --* ]]; do shift; done
 SLURM_NODEID=0 exec "$@"
 """
@@ -68,8 +70,10 @@ def sbatch_value(text: str, option: str) -> str:
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(job_name=printable, env_value=printable, setup_arg=printable, dir_name=printable,
-       train_args=st.lists(printable, max_size=4))
-def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, dir_name, train_args):
+       train_args=st.lists(printable, max_size=4), log_name=printable, passed=printable,
+       run_exec=st.booleans())
+def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, dir_name, train_args,
+                                     log_name, passed, run_exec):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         safe_dir = dir_name.replace("/", "_")
@@ -82,7 +86,12 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
             env=(("FUZZ_VALUE", env_value),),
             # A setup line is the user's shell code; its argument quoted as slurmgen quotes values.
             setup=(f"printf '%s' {shell_quote(setup_arg)} > {shell_quote(str(setup_out))}",),
-            script=str(script_path), module=None, train_args=tuple(train_args),
+            script=None if run_exec else str(script_path), exec=str(script_path) if run_exec else None,
+            module=None, train_args=tuple(train_args),
+            # A file name: no /, and a literal % written %% (the patterns are Slurm's).
+            log_name=log_name.replace("/", "_").replace("%", "%%"), error_log=True,
+            sbatch=(f"comment={passed}",), srun_args=(f"--comment={passed}",),
+            launcher_args=(f"--role={passed}",),
         ).validate()
         text = render(materialize(spec), command=shlex.join(["slurmgen", "render", "--job-name", job_name]))
         job = root / "job.sh"
@@ -97,11 +106,15 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
         run = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=30)
         assert run.returncode == 0, run.stderr
         argv = (root / "argv").read_bytes().split(b"\0")[:-1]
-        tail = [a.decode() for a in argv[-(len(train_args) + 1):]]
-        assert tail == [str(script_path), *train_args]
+        expected = [*(["--no-python"] if run_exec else []), f"--role={passed}", str(script_path), *train_args]
+        assert [a.decode() for a in argv[-len(expected):]] == expected
+        srun_argv = (root / "srun_argv").read_bytes().split(b"\0")
+        assert f"--comment={passed}".encode() in srun_argv
         assert (root / "env").read_bytes() == env_value.encode() + b"\0"
         assert setup_out.read_text() == setup_arg
         assert sbatch_value(text, "job-name") == job_name
-        assert sbatch_value(text, "output") == str(log_dir).replace("%", "%%") + "/%x-%j.out"
+        assert sbatch_value(text, "output") == str(log_dir).replace("%", "%%") + "/" + spec.log_name
+        assert sbatch_value(text, "error") == str(log_dir).replace("%", "%%") + "/" + spec.error_name
+        assert sbatch_value(text, "comment") == passed
         assert sorted(p.name for p in root.iterdir()) == sorted(
-            ["argv", "env", "job.sh", log_dir.name, script_path.name, "setup.out"])
+            ["argv", "env", "job.sh", log_dir.name, script_path.name, "setup.out", "srun_argv"])

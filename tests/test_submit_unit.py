@@ -558,3 +558,49 @@ def test_attach_reads_what_submit_recorded(tmp_path):
     assert (again.job_id, again.folder, again.world_size, again.output_dir, again.local, again.submitted_at) == (
         "4242", tmp_path, 6, tmp_path / "run", False, 1234.5)
     assert again._job.num_tasks == 6 and again._job.task(5).task_id == 5
+
+
+def test_slurm_parameters_carry_the_options_of_real_training_scripts(tmp_path):
+    """Issue 11's options on the submit path, as submitit writes them into its sbatch script."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    spec = JobSpec(gpus=(1, 2), mem_per_gpu="16G", hint="nomultithread", reservation="maint",
+                   mail_type="END,FAIL", mail_user="me@example.org", wait_all_nodes=True,
+                   sbatch=("overcommit", "comment=run 7"), srun_args=("--cpu-bind=cores", "-l")).validate()
+    params = submission.slurm_parameters(spec)
+    assert params["srun_args"][-2:] == ["--cpu-bind=cores", "-l"]
+    text = _make_sbatch_string(command="true", folder=str(tmp_path),
+                               **{k: v for k, v in params.items() if k != "srun_args"},
+                               srun_args=params["srun_args"])
+    for line in ("#SBATCH --mem-per-gpu=16G", "#SBATCH --hint=nomultithread", "#SBATCH --reservation=maint",
+                 "#SBATCH --mail-type=END,FAIL", "#SBATCH --mail-user=me@example.org",
+                 "#SBATCH --wait-all-nodes=1", "#SBATCH --overcommit", "#SBATCH --comment='run 7'"):
+        assert line in text.splitlines()
+
+
+@pytest.mark.parametrize("spec,message", [
+    (JobSpec(gpus=(2,), launcher_args=("--tee=3",)),
+     "--launcher-arg '--tee=3': python -m slurmgen.submit starts no launcher (one task per GPU);"
+     " use --srun-arg for srun's own options"),
+    (JobSpec(gpus=(2,), cpus_per_node=8),
+     "--cpus-per-node 8: python -m slurmgen.submit starts one task per GPU; use --cpus-per-gpu"),
+    (JobSpec(gpus=(2,), log_name="train-%j.log"),
+     "--log-name 'train-%j.log': python -m slurmgen.submit writes submitit's logs"
+     " (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder"),
+])
+def test_submit_refuses_what_only_a_rendered_script_has(spec, message):
+    with pytest.raises(SpecError) as err:
+        submission.check_submittable(spec)
+    assert str(err.value) == message
+
+
+def test_exec_target_runs_the_program_and_reports_its_status(tmp_path, monkeypatch):
+    """--exec on the submit path: the program runs per rank; a non-zero status fails the task."""
+    monkeypatch.chdir(tmp_path)
+    ok = task.TrainTask(target=("exec", "sh"), train_args=("-c", "echo ran > out.txt"))
+    stop = task._StopOnSignal(tmp_path / "stop", True, 60)
+    assert ok._run(stop) is None and (tmp_path / "out.txt").read_text() == "ran\n"
+    with pytest.raises(task.TrainingFailed, match="sh exited with status 3"):
+        task.TrainTask(target=("exec", "sh"), train_args=("-c", "exit 3"))._run(stop)
+    with pytest.raises(task.TrainingFailed, match="--exec no-such-program: No such file or directory"):
+        task.TrainTask(target=("exec", "no-such-program"))._run(stop)

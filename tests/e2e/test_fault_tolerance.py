@@ -259,6 +259,7 @@ TIME_LIMIT = ["--time", "3", "--grace", "30", "--env", "SLURMGEN_TEST_STEP_SLEEP
 TIME_LIMIT_STEPS = 46
 
 
+@pytest.mark.core
 @pytest.mark.timeout(720)
 def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
     """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the

@@ -16,6 +16,7 @@ def check(*args):
     return subprocess.run([SLURMGEN, "check", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.core
 def test_check_accepts_layouts_that_fit(cluster):
     for layout in (["--nodes", "4", "--gpus", "1,1,2,2"], ["--nodes", "4", "--gpus", "1"]):
         result = check(*layout)

@@ -71,6 +71,7 @@ def table(out: Path) -> dict:
     return rows
 
 
+@pytest.mark.core
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
 def test_rendered_script_ranks_see_their_nodes_gpus(cluster, tmp_path, launcher):
@@ -84,6 +85,7 @@ def test_rendered_script_ranks_see_their_nodes_gpus(cluster, tmp_path, launcher)
     assert table(tmp_path / "ranks") == WHOLE_NODES
 
 
+@pytest.mark.core
 @pytest.mark.timeout(300)
 def test_accelerate_launcher_on_a_uniform_layout(cluster, tmp_path):
     """--launcher accelerate (uniform layouts only), end to end: 2 nodes x 2 GPUs, one accelerate
@@ -103,6 +105,7 @@ def test_accelerate_launcher_on_a_uniform_layout(cluster, tmp_path):
         "2": (hosts[1], "0,1", "0", "2", both), "3": (hosts[1], "0,1", "1", "2", both)}
 
 
+@pytest.mark.core
 @pytest.mark.timeout(300)
 def test_submit_path_ranks_see_their_nodes_gpus(cluster, tmp_path):
     """One Slurm task per GPU, yet every task sees its node's GPUs (not one each: per-task
@@ -119,6 +122,7 @@ def test_submit_path_ranks_see_their_nodes_gpus(cluster, tmp_path):
     assert table(tmp_path / "ranks") == WHOLE_NODES
 
 
+@pytest.mark.core
 @pytest.mark.timeout(300)
 def test_a_rank_cannot_open_a_gpu_its_job_was_not_given(cluster, tmp_path):
     """One GPU of node3's two: the rank opens that one (ENXIO, no driver) and is denied the other

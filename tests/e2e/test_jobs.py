@@ -37,6 +37,7 @@ def assert_layout(metrics, world=6, layout=LAYOUT):
     assert metrics["ranks_per_host"] == layout
 
 
+@pytest.mark.core
 @pytest.mark.timeout(600)
 def test_sft_on_uneven_nodes(submit_job, assets, tmp_path):
     job = submit_job(UNEVEN, sft_args(assets, tmp_path, steps=12))
@@ -79,6 +80,7 @@ def test_ddp_loop_on_uneven_nodes(submit_job, assets, tmp_path):
     assert metrics["last_loss"] < metrics["first_loss"]
 
 
+@pytest.mark.core
 @pytest.mark.timeout(600)
 def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
     job = submit_job([*UNEVEN, "--launcher", "srun", "--module", "train.ddp_loop"], [
@@ -107,6 +109,7 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
     assert [r["node_rank"] for r in ranks] == [0, 1, 2, 2, 3, 3]
 
 
+@pytest.mark.core
 @pytest.mark.timeout(300)
 def test_failing_rank_fails_the_job_promptly(submit_job, tmp_path):
     probe = tmp_path / "probe.py"
@@ -120,3 +123,45 @@ def test_failing_rank_fails_the_job_promptly(submit_job, tmp_path):
     assert job.info["ExitCode"] != "0:0"
     assert elapsed < 90
     assert "component 1 (2 node(s) x 2 GPUs) failed" in job.log
+
+
+@pytest.mark.core
+@pytest.mark.timeout(300)
+def test_options_of_real_training_scripts(submit_job, tmp_path):
+    """Issue 11 on the real cluster, one job: a program that is not Python (--exec), rank 0's IP
+    address as master, per-GPU memory, CPUs per node, srun and torchrun flags passed through,
+    a named log with a separate stderr file, and a pass-through sbatch option."""
+    import json
+    import re
+    import socket
+    import subprocess
+
+    from tests import slurm_helpers
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    program = tmp_path / "train-probe"  # as a framework's console script would be
+    program.write_text(f'#!/bin/bash\necho "probe program: rank $RANK master $MASTER_ADDR"\n'
+                       f'exec python3 {probe} "$@"\n')
+    program.chmod(0o755)
+    job = submit_job([*UNEVEN, "--exec", str(program), "--master-addr-ip", "--mem-per-gpu", "1500M",
+                      "--cpus-per-node", "4", "--srun-arg", "-l", "--launcher-arg=--tee=3",
+                      "--error-log", "--log-name", "site-%x-%j.log", "--wait-all-nodes",
+                      "--sbatch", "comment=site options run"], [str(tmp_path / "ranks.json")])
+    log_path = tmp_path / "logs" / f"site-slurmgen-{job.job_id}.log"
+    log = log_path.read_text()
+    assert job.state == "COMPLETED", log + (tmp_path / "logs" / f"{log_path.name}.err").read_text()
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    assert [r["host"] for r in ranks] == ["node1", "node2", "node3", "node3", "node4", "node4"]
+    node1 = subprocess.run(["getent", "ahostsv4", "node1"], capture_output=True, text=True).stdout.split()[0]
+    socket.inet_aton(node1)
+    assert f"master {node1}:" in log
+    # srun -l labels each line with its task; torchrun --tee 3 prefixes each worker's lines
+    for rank in range(6):
+        assert re.search(rf"^\d+: \[default\d\]:probe program: rank {rank} master {re.escape(node1)}$",
+                         log, re.M), log
+    assert (tmp_path / "logs" / f"{log_path.name}.err").exists()
+    components = slurm_helpers.job_info(job.job_id)["components"]
+    assert [c["MinMemoryNode"] for c in components] == ["1500M", "3000M"]
+    assert [c["NumCPUs"] for c in components] == ["8", "8"]  # 4 per node, two nodes each
+    assert components[0]["Comment"] == "site options run"

@@ -15,6 +15,7 @@ from tests.e2e.test_fault_tolerance import (UNEVEN, assert_stopped_and_resumed, 
 from tests.e2e.test_isolation import production
 
 
+@pytest.mark.core
 @pytest.mark.timeout(420)
 def test_preempted_by_an_urgent_job_checkpoints_requeues_and_finishes(cluster, assets, tmp_path):
     """A 1,1,2,2 training job in partition debug; a job in partition urgent (higher PriorityTier)

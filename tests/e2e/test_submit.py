@@ -64,6 +64,7 @@ def classify_args(assets, workdir):
             "--report_to", "none"]
 
 
+@pytest.mark.core
 @pytest.mark.timeout(480)
 def test_sft_uneven_1_1_2_2(cluster, assets, tmp_path):
     proc = run_submit(tmp_path, UNEVEN, sft_args(assets, tmp_path, steps=STEPS))
