@@ -85,3 +85,15 @@ def test_script_grows_with_distinct_counts_not_nodes(render_args, tmp_path):
     assert "--nnodes=1024 --nproc-per-node=8" in result.stdout
     assert "--nnodes=1024 --nproc-per-node=4" in result.stdout
     assert "node ranks 512-1023, global ranks 4096-6143" in result.stdout
+
+
+def test_a_layout_written_out_node_by_node_stays_small_and_readable(render_args):
+    """1,024 counts typed one per node: the header records them compactly, the summary too."""
+    counts = ",".join(["8"] * 512 + ["4"] * 512)
+    result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", counts)
+    assert result.exit_code == 0
+    assert len(result.stdout.encode()) < 10_000
+    assert "# Command: slurmgen render -o - --log-dir /tmp/slurmgen-golden-logs --nodes 1024 --gpus 8x512,4x512\n" \
+        in result.stdout
+    assert result.stderr.splitlines()[-1] == ("  ranks per node: 8 each on node ranks 0-511 (global 0-4095);"
+                                              " 4 each on node ranks 512-1023 (global 4096-6143)")
