@@ -65,6 +65,9 @@ CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SLURM_BUILDS=${SLURMGEN_SLURM_BUILDS:-/var/cache/slurmgen/slurm}
 SLURM_VERSIONS=(24.11 25.11)    # built from source; "system" is Debian's
 BUILD_PACKAGES=(build-essential libmunge-dev pkg-config python3)
+# --enable-multiple-slurmd: several slurmds on one machine, each with its own cgroup root
+# (slurm_nodeN); without it they share /sys/fs/cgroup/*/slurm and fail each other's steps.
+CONFIGURE_FLAGS=(--without-hdf5 --without-rpath --disable-debug --enable-multiple-slurmd)
 CGROUP_ROOT=/sys/fs/cgroup
 CGROUP_CONTROLLERS=(cpuset memory devices)   # what task/cgroup's Constrain* settings use
 GRACE_TIME=30                                 # seconds a preempted job has to checkpoint
@@ -124,7 +127,8 @@ slurm_release() {
     REL_TARBALL=$src/${line##* }
     REL_FULL=${line##* slurm-}
     REL_FULL=${REL_FULL%.tar.gz}
-    REL_PREFIX=$SLURM_BUILDS/$REL_FULL-${REL_SHA:0:12}
+    # the prefix names the sources and the configure flags: either changed means another build
+    REL_PREFIX=$SLURM_BUILDS/$REL_FULL-${REL_SHA:0:12}-$(printf '%s ' "${CONFIGURE_FLAGS[@]}" | sha256sum | cut -c1-8)
 }
 
 # build_slurm VERSION: configure, make, install into REL_PREFIX unless a finished build is there
@@ -145,7 +149,7 @@ build_slurm() {
     if ! {
         tar -xzf "$REL_TARBALL" -C "$work" &&
             (cd "$work" && ./configure --prefix="$REL_PREFIX" --sysconfdir="$REL_PREFIX/etc" \
-                --without-hdf5 --without-rpath --disable-debug && make -j"$(nproc)" && make install)
+                "${CONFIGURE_FLAGS[@]}" && make -j"$(nproc)" && make install)
     } >"$REL_PREFIX/build.log.tmp" 2>&1; then
         mv "$REL_PREFIX/build.log.tmp" "$work.log"
         rm -rf "$work" "$REL_PREFIX"
