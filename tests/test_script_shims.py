@@ -294,3 +294,22 @@ def test_a_warning_during_preflight_waits_for_every_preflight_step(render_args, 
     assert "slurmgen: preflight passed on 4 node(s)" in stdout, stdout + stderr
     assert "asking every rank to checkpoint" in stdout
     assert "checkpoint saved at step 1; requeueing job 1234 (restart 1 of at most 3)" in stdout
+
+
+def test_a_run_that_finished_is_not_repeated_when_slurm_requeues_it_again(render_args, tmp_path):
+    # Slurm 25.11 requeues a preempted het job once more after its resumed run finished; that
+    # run's outcome says so, and the next run ends at once instead of training again.
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "logs" / ".outcome-1234").write_text("finished 30\n")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "slurmgen: finished in an earlier run"
+    assert not (tmp_path / "calls.jsonl").exists() or calls(tmp_path, "srun") == []
+    # a run that was stopped is resumed as before
+    (tmp_path / "logs" / ".outcome-1234").write_text("stopped 12\n")
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "earlier run" not in proc.stdout and len(calls(tmp_path, "srun")) == 2

@@ -14,28 +14,29 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --gres=gpu:4
 
-# Below: the batch shell, on the first node of the job.
 set -uo pipefail
-# A warning before the monitor starts is remembered, not fatal.
+# A warning before the monitor runs is kept.
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM
 
 # Rank 0's node (the first of component 0) hosts the rendezvous.
-MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running inside a Slurm allocation}" | head -n 1)
+MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not in a Slurm job}" | head -n 1)
 MASTER_PORT=29400
 export MASTER_ADDR MASTER_PORT
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=8
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
-# On a warning the stop file appears; rank 0 then writes "stopped|finished STEP" to the outcome file.
+# Stop file: made on a warning. Outcome file: rank 0 writes "stopped|finished STEP".
 LOGS=/tmp/slurmgen-golden-logs
 export SLURMGEN_STOP_FILE="$LOGS/.stop-$SLURM_JOB_ID" SLURMGEN_OUTCOME_FILE="$LOGS/.outcome-$SLURM_JOB_ID"
+# Finished is final (Slurm 25.11 may requeue a preempted job twice).
+grep -qs ^finished "$SLURMGEN_OUTCOME_FILE" && { echo "slurmgen: finished in an earlier run"; exit 0; }
 rm -f "$SLURMGEN_STOP_FILE" "$SLURMGEN_OUTCOME_FILE"
 RESTARTS_FILE="$LOGS/.restarts-$SLURM_JOB_ID"
 RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 8, master $MASTER_ADDR:$MASTER_PORT"
 
-# Preflight: nodes that differ in software, or lack the target or model, stop the job here.
+# Preflight: a node that differs, or lacks the target or model, stops the job.
 read -r -d '' PREFLIGHT_REPORT <<'PY'
 import importlib.metadata as md, importlib.util, json, os, shutil, socket, sys, platform
 def version(name):
@@ -50,7 +51,7 @@ print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
-    "model": "not checked" if not model else ("found" if os.path.exists(model) else "MISSING: " + model),
+    "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
 }), flush=True)
 PY
 read -r -d '' PREFLIGHT_COMPARE <<'PY'
@@ -83,7 +84,7 @@ until wait; do :; done  # a warning (USR2) interrupts wait
 python3 -c "$PREFLIGHT_COMPARE" "$PREFLIGHT_LOG" 2 || exit 1
 rm -f "$PREFLIGHT_LOG"
 
-# The first failure ends the job; the others get SETTLE_SECONDS to end by themselves.
+# The first failure ends the job; the others get SETTLE_SECONDS to end.
 COMPONENT_PIDS=() COMPONENT_NAMES=() COMPONENT_NODES=()
 STOP_REQUESTED=0 STOP_DEADLINE=0
 MAX_RESTARTS=3
@@ -107,8 +108,8 @@ on_time_warning() {  # USR2 (--signal), or TERM where a site preempts without it
 trap on_time_warning USR2 TERM
 (( EARLY_WARNING )) && on_time_warning
 
-stop_components() {  # TERM (srun forwards it to its tasks), KILL 30 s later
-    kill -TERM "${COMPONENT_PIDS[@]}" 2>/dev/null
+stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.02), KILL 30 s on
+    scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null || kill -TERM "${COMPONENT_PIDS[@]}" 2>/dev/null
     for _ in $(seq 1 30); do
         jobs -rp | grep -q . || return 0
         sleep 1
@@ -119,13 +120,13 @@ stop_components() {  # TERM (srun forwards it to its tasks), KILL 30 s later
 requeue_or_finish() {  # exit status
     local how="" step=""
     (( STOP_REQUESTED )) || exit "$1"
-    read -r how step < "$SLURMGEN_OUTCOME_FILE" 2>/dev/null
+    read -r how step 2>/dev/null < "$SLURMGEN_OUTCOME_FILE"
     if [[ $how == finished ]]; then
         echo "slurmgen: training finished before the warning could stop it; not requeueing"
     elif (( $1 )) && [[ $how != stopped ]]; then
         echo "slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing" >&2
     elif scontrol show job "$SLURM_JOB_ID" | grep -q 'PreemptTime=[0-9]'; then
-        # Slurm requeues a preempted job at the end of its GraceTime.
+        # Slurm requeues it at the end of its GraceTime.
         echo "slurmgen: ${step:+checkpoint saved at step $step; }job $SLURM_JOB_ID preempted: Slurm requeues it"
         exec sleep 3600
     elif (( RESTARTS < MAX_RESTARTS )); then
