@@ -134,8 +134,8 @@ def check_args(option: str, args, owned: dict) -> None:
                                 f" or give {option} twice")
             name = arg_name(arg)
             if name in owned:
-                raise SpecError(f"{option} {arg!r}: slurmgen sets {arg.split('=', 1)[0]} itself;"
-                                f" use {owned[name]}")
+                shown = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+                raise SpecError(f"{option} {arg!r}: slurmgen sets {shown} itself; use {owned[name]}")
         previous = arg if arg.startswith("-") else None
 
 

@@ -61,7 +61,7 @@ CASES = [
      "--sbatch 'wrap=hostname': not an option slurmgen can pass on (the script is slurmgen's)"),
     (["--sbatch", "comment=a\nb"], "--sbatch 'comment=a\\nb': the value must be printable text on one line"),
     (["--srun-arg", "--ntasks=3"], "--srun-arg '--ntasks=3': slurmgen sets --ntasks itself; use --nodes and --gpus"),
-    (["--srun-arg", "-c8"], "--srun-arg '-c8': slurmgen sets -c8 itself; use --cpus-per-gpu or --cpus-per-node"),
+    (["--srun-arg", "-c8"], "--srun-arg '-c8': slurmgen sets -c itself; use --cpus-per-gpu or --cpus-per-node"),
     (["--srun-arg", "--jobid=7"],
      "--srun-arg '--jobid=7': slurmgen sets --jobid itself; use nothing: the steps run in this job"),
     (["--srun-arg", "cores"],
