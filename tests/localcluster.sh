@@ -145,7 +145,7 @@ build_slurm() {
     work=$(mktemp -d)
     rm -rf "$REL_PREFIX"
     mkdir -p "$REL_PREFIX"
-    say "building Slurm $REL_FULL into $REL_PREFIX (about 5 minutes on 2 cores; log $REL_PREFIX/build.log)"
+    say "building Slurm $REL_FULL into $REL_PREFIX (4 to 7 minutes on 2 cores; log $REL_PREFIX/build.log)"
     if ! {
         tar -xzf "$REL_TARBALL" -C "$work" &&
             (cd "$work" && ./configure --prefix="$REL_PREFIX" --sysconfdir="$REL_PREFIX/etc" \
