@@ -67,6 +67,12 @@ def sbatch_value(text: str, option: str) -> str:
     return "".join(out)
 
 
+def safe_log_name(text: str) -> str:
+    """A file name: no /, not . or .., and a literal % written %% (the patterns are Slurm's)."""
+    name = text.replace("/", "_").replace("%", "%%")
+    return name + ".log" if name in (".", "..") else name
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(job_name=printable, env_value=printable, setup_arg=printable, dir_name=printable,
@@ -88,8 +94,7 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
             setup=(f"printf '%s' {shell_quote(setup_arg)} > {shell_quote(str(setup_out))}",),
             script=None if run_exec else str(script_path), exec=str(script_path) if run_exec else None,
             module=None, train_args=tuple(train_args),
-            # A file name: no /, and a literal % written %% (the patterns are Slurm's).
-            log_name=log_name.replace("/", "_").replace("%", "%%"), error_log=True,
+            log_name=safe_log_name(log_name), error_log=True,
             sbatch=(f"comment={passed}",), srun_args=(f"--comment={passed}",),
             launcher_args=(f"--role={passed}",),
         ).validate()
