@@ -165,6 +165,13 @@ def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
         raise SpecError(f"{option} {value!r}: contains characters Slurm does not accept here")
 
 
+def _refuse_both(given: list, advice: str) -> None:
+    """Options that exclude each other: given, the (option, value) pairs the user set."""
+    if len(given) > 1:
+        (first, first_value), (second, second_value) = given[:2]
+        raise SpecError(f"{first} {first_value!r} and {second} {second_value!r}: {advice}")
+
+
 def _check_no_newline(option: str, value: str) -> None:
     if "\n" in value or "\r" in value or "\0" in value:
         raise SpecError(f"{option} {value!r}: must be a single line")
@@ -304,9 +311,7 @@ class JobSpec:
         """Memory, CPUs and placement beyond the layout."""
         given = [(o, v) for o, v in (("--mem", self.mem), ("--mem-per-gpu", self.mem_per_gpu),
                                      ("--mem-per-cpu", self.mem_per_cpu)) if v is not None]
-        if len(given) > 1:
-            raise SpecError(f"{given[0][0]} {given[0][1]!r} and {given[1][0]} {given[1][1]!r}:"
-                            " choose one way to ask for memory")
+        _refuse_both(given, "choose one way to ask for memory")
         for option, value in given:
             if not _MEM.match(value):
                 raise SpecError(f"{option} {value!r}: expected a size such as 64G, 512M or 0 (all)")
@@ -349,9 +354,7 @@ class JobSpec:
     def _validate_target(self) -> None:
         chosen = [(o, v) for o, v in (("--module", self.module if self.module != DEFAULT_MODULE else None),
                                       ("--script", self.script), ("--exec", self.exec)) if v]
-        if len(chosen) > 1:
-            raise SpecError(f"{chosen[0][0]} {chosen[0][1]!r} and {chosen[1][0]} {chosen[1][1]!r}:"
-                            " choose one")
+        _refuse_both(chosen, "choose one")
         if self.exec is not None:
             if not printable_line(self.exec) or self.exec.startswith("-"):
                 raise SpecError(f"--exec {self.exec!r}: a program name or path on one line")
