@@ -193,5 +193,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "exports": rank_exports(spec),
         # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
         "stop_wait": max(spec.grace - 10, 5),
+        # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)
+        "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
+        "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),
     }
     return environment().get_template("job.sh.j2").render(context)

@@ -206,6 +206,8 @@ class JobSpec:
     max_restarts: int = 3
     rdzv_timeout: int = 300
     collective_timeout: int = 600
+    hang_timeout: int = 300                # 0: no hang watch
+    max_failures: int = 2
     preflight: bool = True
     nccl_debug: Optional[str] = None
     nccl_socket_ifname: Optional[str] = None
@@ -285,6 +287,13 @@ class JobSpec:
             raise SpecError(
                 f"--collective-timeout {self.collective_timeout}: must be a positive number of seconds"
             )
+        if self.hang_timeout < 0 or 0 < self.collective_timeout <= self.hang_timeout:
+            raise SpecError(
+                f"--hang-timeout {self.hang_timeout}: must be 0 (off) or fewer seconds than"
+                f" --collective-timeout {self.collective_timeout}, which would end a hang first"
+            )
+        if self.max_failures < 0:
+            raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
         self._validate_target()
         if self.nccl_debug is not None and self.nccl_debug.upper() not in NCCL_DEBUG_LEVELS:
             raise SpecError(f"--nccl-debug {self.nccl_debug!r}: choose one of {', '.join(NCCL_DEBUG_LEVELS)}")

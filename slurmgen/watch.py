@@ -1,4 +1,5 @@
-"""Follow a submitted job: Slurm state from scontrol, training progress from rank 0's progress.jsonl.
+"""Follow a submitted job: Slurm state from scontrol, training progress from rank 0's progress.jsonl,
+and what the job's own log says about hangs, failures and excluded nodes as it happens.
 
 Used by `slurmgen watch`, the demo and the submit command. Reads files and runs scontrol; no torch.
 """
@@ -79,14 +80,49 @@ def progress_line(state: str, progress: Optional[dict], restarts: str = "0", wid
     return text
 
 
+# Lines of the job log a watcher shows as they come: hang summaries, retries, excluded nodes.
+EVENT_PREFIXES = ("slurmgen: hang", "slurmgen:   ", "slurmgen: failure", "slurmgen: the last run",
+                  "slurmgen: the run failed")
+
+
+class LogEvents:
+    """New event lines of the job's log (its StdOut, and its StdErr where that is another file)."""
+
+    def __init__(self):
+        self.offsets: dict[Path, int] = {}
+
+    def new(self, records: list[dict]) -> list[str]:
+        if not self.offsets and records:
+            for key in ("StdOut", "StdErr"):
+                if records[0].get(key, "") not in ("", "(null)"):
+                    self.offsets.setdefault(Path(records[0][key]), 0)
+        found = []
+        for path, offset in self.offsets.items():
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+            except OSError:
+                continue
+            complete = chunk[:chunk.rfind(b"\n") + 1]
+            self.offsets[path] = offset + len(complete)
+            found += [line for line in complete.decode(errors="replace").splitlines()
+                      if line.startswith(EVENT_PREFIXES)]
+        return found
+
+
 def watch(job_id: str, output_dir: Optional[Path] = None, interval: float = 1.0,
           timeout: Optional[float] = None, out: TextIO = sys.stdout) -> str:
     """Print state and progress until the job ends; return its final state."""
     deadline = None if timeout is None else time.monotonic() + timeout
     live = out.isatty()
     previous = None
+    events = LogEvents()
     while True:
         records = job_records(job_id)
+        for event in events.new(records):
+            out.write(("\r" + event.ljust(100) + "\n") if live else event + "\n")
+            previous = None  # a live progress line is drawn again below
         state = overall_state(records)
         restarts = records[0].get("Restarts", "0") if records else "0"
         line = progress_line(state, last_progress(output_dir), restarts)

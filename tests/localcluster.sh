@@ -8,6 +8,7 @@
 #                            [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
 #   tests/localcluster.sh bin --slurm VERSION    # prints the PATH entries of that Slurm's commands
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
+#   tests/localcluster.sh node-restart nodeN      # start nodeN's slurmd again (after a test killed it)
 #   tests/localcluster.sh down                    # stop what `up` started, remove what it made
 #
 # Each node nodeN runs its own slurmd in its own network namespace (address on a private bridge)
@@ -550,7 +551,7 @@ FirstJobId=$first_job
 MpiDefault=none
 InactiveLimit=0
 KillWait=5
-SlurmdTimeout=300
+SlurmdTimeout=30
 Waittime=0
 EOF
         # 23.02+ has no switch/none plugin (no SwitchType is the same)
@@ -1035,6 +1036,27 @@ lock() {
     flock -w 120 9 || die "another localcluster.sh holds $STATE.lock"
 }
 
+cmd_node_restart() {
+    # node-restart nodeN: a new munged and slurmd for a node whose slurmd was killed; Slurm (with
+    # ReturnToService=2) gives the node jobs again once it registers
+    local name=${1:-} i sd
+    [[ $name =~ ^node([0-9]+)$ ]] || die "node-restart wants a node name like node3 (got '$name')"
+    i=${BASH_REMATCH[1]}
+    need_root
+    load_layout || die "not up"
+    use_slurm_prefix
+    (( i >= 1 && i <= NODES )) || die "no $name: the cluster has node1..node$NODES"
+    sd=$(exe_of slurmd)
+    pid_alive "$RUN/slurmd-$name.pid" "$sd" && { say "$name: slurmd is running"; return 0; }
+    stop_pidfile "$RUN/munged-$name.pid" "$(exe_of munged)" "munged for $name" >/dev/null || true
+    start_slurmd "$i" || die "slurmd for $name failed to start"
+    wait_for 10 "slurmd on $name" pid_alive "$RUN/slurmd-$name.pid" "$sd"
+    local p
+    p=$(head -n1 "$RUN/slurmd-$name.pid")
+    [[ $USE_UTS == 1 ]] && readlink "/proc/$p/ns/uts" >>"$RUN/namespaces"
+    say "$name: slurmd started again"
+}
+
 main() {
     local cmd=${1:-}
     [[ $# -gt 0 ]] && shift
@@ -1044,6 +1066,7 @@ main() {
         up) lock; cmd_up "$@" ;;
         down) lock; cmd_down "$@" ;;
         status) cmd_status "$@" ;;
+        node-restart) lock; cmd_node_restart "$@" ;;
         -h | --help | help) usage ;;
         *) usage >&2; exit 2 ;;
     esac

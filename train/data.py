@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from train import heartbeat
 from train.cli import UsageError
 from train.hub import HUB_ID
 
@@ -72,3 +73,12 @@ def require_columns(ds, name: str, needed: list[str]) -> None:
         raise UsageError(
             f"data set {name} has no column {missing[0]!r} (columns present: {', '.join(present) or 'none'})"
         )
+
+
+def batches(loader, step: int):
+    """The loader's batches for the steps after ``step``; the hang watch's test hook
+    (train.heartbeat.hang_in_data_loader) sits here, where a stuck data loader hangs."""
+    for batch in loader:
+        step += 1
+        heartbeat.hang_in_data_loader(step)
+        yield batch

@@ -20,7 +20,7 @@ import itertools
 import time
 from pathlib import Path
 
-from train import checkpoint, cli, collectives, data, devices, distenv, hub, outputs, program, stop
+from train import checkpoint, cli, collectives, data, devices, distenv, heartbeat, hub, outputs, program, stop
 
 RENAMED = {
     **cli.RENAMED_ARGS,
@@ -178,7 +178,7 @@ def _main(argv: list[str]) -> dict | None:
             sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
             loader = DataLoader(ds, batch_size=args.batch_size, drop_last=True, collate_fn=collate,
                                 sampler=SkipSampler(sampler, done_in_epoch * args.batch_size))
-            for batch in loader:
+            for batch in data.batches(loader, step):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 loss = ddp(**batch).loss
                 optimizer.zero_grad(set_to_none=True)
@@ -195,6 +195,7 @@ def _main(argv: list[str]) -> dict | None:
                         mean /= denv.world_size
                     progress.log(step, mean.item())
                 stopped = step < args.max_steps and stop.stop_requested(denv.is_main)
+                heartbeat.beat(step)
                 if stopped or step % args.save_steps == 0 or step == args.max_steps:
                     save(args, denv, model, tokenizer, optimizer, step)
                 if stopped or step >= args.max_steps:

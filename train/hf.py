@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from train import checkpoint, cli, collectives, devices, outputs, stop
+from train import checkpoint, cli, collectives, devices, heartbeat, outputs, stop
 from train.distenv import DistEnv
 
 
@@ -100,7 +100,11 @@ class ContractCallback(TrainerCallback):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
+        heartbeat.beat(state.global_step)
         return control
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        heartbeat.beat(state.global_step)  # a long evaluation is not a hang
 
     def on_save(self, args, state, control, **kwargs):
         # The marker goes in last, once every rank has written its part (e.g. RNG state).

@@ -1,6 +1,7 @@
 """How an entry point runs as a program, and how it exits.
 
 run_main wraps every ``main(argv)``: argv default, SIGTERM as a stop request (train.stop),
+the hang watch's heartbeat and stack dump (train.heartbeat),
 one-line usage errors (train.cli), the process group closed afterwards, and a short linger on
 the host of torchrun's store. exit_after is the ``if __name__ == "__main__"`` of each entry
 point: it leaves without interpreter finalization, which can abort a run that has succeeded.
@@ -15,6 +16,7 @@ import time
 from typing import Any, Callable, NoReturn
 
 from train.cli import cli_errors
+from train import heartbeat
 from train.collectives import destroy_process_group
 from train.stop import stop_on_term
 
@@ -40,6 +42,7 @@ def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -
     """Common wrapper of every ``main(argv)``: one-line errors, argv default."""
     args = list(sys.argv[1:] if argv is None else argv)
     stop_on_term()
+    heartbeat.install()
     with cli_errors():
         result = body(args)
     # Trainer leaves the process group open; torch threads torn down at interpreter exit

@@ -36,6 +36,11 @@ rm -f "$SLURMGEN_STOP_FILE" "$SLURMGEN_OUTCOME_FILE"
 RESTARTS_FILE="$LOGS/.restarts-$SLURM_JOB_ID"
 RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 1, master $MASTER_ADDR:$MASTER_PORT"
+# Failures (hangs, crashes, lost nodes) are counted apart; ranks beat per step for the hang watch.
+FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
+python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 1:1 || exit 1
+export SLURMGEN_HEARTBEAT_DIR="$LOGS/.heartbeat-$SLURM_JOB_ID"
+rm -rf "$SLURMGEN_HEARTBEAT_DIR"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
 COMPONENT_PIDS=() COMPONENT_NAMES=() COMPONENT_NODES=()
@@ -43,7 +48,7 @@ STOP_REQUESTED=0 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
-FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0
+FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0 WHY=crash SUSPECT="" HANG_WATCH=""
 
 start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1") COMPONENT_NODES+=("$2")
@@ -54,6 +59,7 @@ start_component() {  # name, node list, command...
 
 on_time_warning() {  # USR2 (--signal), or TERM where a site preempts without it
     (( STOP_REQUESTED )) && return
+    kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null  # no beats while ranks checkpoint
     echo "slurmgen: time limit or preemption warning: asking every rank to checkpoint"
     STOP_REQUESTED=1 STOP_DEADLINE=$(( SECONDS + 170 ))
     : > "$SLURMGEN_STOP_FILE"
@@ -72,7 +78,12 @@ stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.0
 
 requeue_or_finish() {  # exit status
     local how="" step=""
-    (( STOP_REQUESTED )) || exit "$1"
+    kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
+    rm -f "$FAILURES_FILE.running"
+    if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
+        (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 1:1 "$WHY" "$SUSPECT" && exit 0
+        exit "$1"
+    fi
     read -r how step 2>/dev/null < "$SLURMGEN_OUTCOME_FILE"
     if [[ $how == finished ]]; then
         echo "slurmgen: training finished before the warning could stop it; not requeueing"
@@ -117,6 +128,9 @@ reap_components() {  # name failed components, count running ones
 watch_components() {
     while :; do
         reap_components
+        if (( ! FIRST_FAILURE )) && [[ -e $SLURMGEN_HEARTBEAT_DIR/hung ]]; then
+            WHY=hang SUSPECT=$(<"$SLURMGEN_HEARTBEAT_DIR/hung") FIRST_FAILURE=1 SETTLE_END=0
+        fi
         if (( FIRST_FAILURE && (RUNNING == 0 || SECONDS >= SETTLE_END) )); then
             (( RUNNING == 0 )) || { echo "slurmgen: stopping the other components" >&2; stop_components; }
             requeue_or_finish "$FIRST_FAILURE"
@@ -145,4 +159,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (1 node(s) x 1 GPU)' "${SLUR
     --rdzv-conf=timeout=300 \
     "${TARGET[@]}"
 
+# A rank without a step for 300 s: every rank's stack to the report, then a retry.
+python3 -m slurmgen.hangs "$SLURMGEN_HEARTBEAT_DIR" 300 1 "$LOGS/hang-report-$SLURM_JOB_ID.txt" -:1 &
+HANG_WATCH=$!
 watch_components

@@ -38,6 +38,11 @@ rm -f "$SLURMGEN_STOP_FILE" "$SLURMGEN_OUTCOME_FILE"
 RESTARTS_FILE="$LOGS/.restarts-$SLURM_JOB_ID"
 RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 8, master $MASTER_ADDR:$MASTER_PORT"
+# Failures (hangs, crashes, lost nodes) are counted apart; ranks beat per step for the hang watch.
+FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
+python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 2:4 || exit 1
+export SLURMGEN_HEARTBEAT_DIR="$LOGS/.heartbeat-$SLURM_JOB_ID"
+rm -rf "$SLURMGEN_HEARTBEAT_DIR"
 
 # Preflight: a node that differs, or lacks the target or model, stops the job.
 read -r -d '' PREFLIGHT_REPORT <<'PY'
@@ -57,34 +62,12 @@ print("SLURMGEN_PREFLIGHT " + json.dumps({
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
 }), flush=True)
 PY
-read -r -d '' PREFLIGHT_COMPARE <<'PY'
-import collections, json, sys
-reports = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("SLURMGEN_PREFLIGHT ")]
-hosts = len({r["host"] for r in reports})
-problems = [("(job)", "distinct nodes", str(hosts), sys.argv[2])] if hosts != int(sys.argv[2]) else []
-for f in ("python", "torch", "nccl", "transformers", "trl", "datasets"):
-    usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
-    problems += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
-for r in reports:
-    seen, _, want = r["gpus"].partition(" of ")
-    problems += [(r["host"], "GPUs visible", seen, want)] if seen != want else []
-    problems += [(r["host"], f, r[f], "found") for f in ("target", "model") if r[f].startswith("MISSING")]
-if problems:
-    print("slurmgen: preflight failed; not starting training:")
-    rows = [("node", "what", "found", "expected")] + sorted(problems)
-    widths = [max(map(len, column)) for column in zip(*rows)]
-    for row in rows:
-        print("  " + "  ".join(map(str.ljust, row, widths)).rstrip())
-    sys.exit(1)
-print("slurmgen: preflight passed on %d node(s): " % len(reports)
-      + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
-PY
 PREFLIGHT_LOG="$LOGS/.preflight-$SLURM_JOB_ID"
 : > "$PREFLIGHT_LOG"
 srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 2 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
-python3 -c "$PREFLIGHT_COMPARE" "$PREFLIGHT_LOG" 4 || exit 1
+python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 || exit 1
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
@@ -93,7 +76,7 @@ STOP_REQUESTED=0 STOP_DEADLINE=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
-FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0
+FIRST_FAILURE=0 SETTLE_END=0 RUNNING=0 WHY=crash SUSPECT="" HANG_WATCH=""
 
 start_component() {  # name, node list, command...
     COMPONENT_NAMES+=("$1") COMPONENT_NODES+=("$2")
@@ -104,6 +87,7 @@ start_component() {  # name, node list, command...
 
 on_time_warning() {  # USR2 (--signal), or TERM where a site preempts without it
     (( STOP_REQUESTED )) && return
+    kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null  # no beats while ranks checkpoint
     echo "slurmgen: time limit or preemption warning: asking every rank to checkpoint"
     STOP_REQUESTED=1 STOP_DEADLINE=$(( SECONDS + 170 ))
     : > "$SLURMGEN_STOP_FILE"
@@ -122,7 +106,12 @@ stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.0
 
 requeue_or_finish() {  # exit status
     local how="" step=""
-    (( STOP_REQUESTED )) || exit "$1"
+    kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
+    rm -f "$FAILURES_FILE.running"
+    if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
+        (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 2:4 "$WHY" "$SUSPECT" && exit 0
+        exit "$1"
+    fi
     read -r how step 2>/dev/null < "$SLURMGEN_OUTCOME_FILE"
     if [[ $how == finished ]]; then
         echo "slurmgen: training finished before the warning could stop it; not requeueing"
@@ -167,6 +156,9 @@ reap_components() {  # name failed components, count running ones
 watch_components() {
     while :; do
         reap_components
+        if (( ! FIRST_FAILURE )) && [[ -e $SLURMGEN_HEARTBEAT_DIR/hung ]]; then
+            WHY=hang SUSPECT=$(<"$SLURMGEN_HEARTBEAT_DIR/hung") FIRST_FAILURE=1 SETTLE_END=0
+        fi
         if (( FIRST_FAILURE && (RUNNING == 0 || SECONDS >= SETTLE_END) )); then
             (( RUNNING == 0 )) || { echo "slurmgen: stopping the other components" >&2; stop_components; }
             requeue_or_finish "$FIRST_FAILURE"
@@ -195,4 +187,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (4 node(s) x 2 GPUs)' "${SLU
     --rdzv-conf=timeout=300 \
     "${TARGET[@]}"
 
+# A rank without a step for 300 s: every rank's stack to the report, then a retry.
+python3 -m slurmgen.hangs "$SLURMGEN_HEARTBEAT_DIR" 300 8 "$LOGS/hang-report-$SLURM_JOB_ID.txt" -:4 &
+HANG_WATCH=$!
 watch_components

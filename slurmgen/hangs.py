@@ -1,0 +1,297 @@
+"""The hang watch: `python -m slurmgen.hangs`, started by the batch script beside the training steps.
+
+Every rank writes its heartbeat (train.heartbeat: rank, step, time, host, pid) at each step. When
+a rank has not advanced for the hang timeout, the watch asks every rank for its Python stacks
+without stopping the job (one `srun --overlap` per component: the faulthandler signal, and py-spy
+where the site has it), groups the ranks by where they are, names the odd ones out, appends the
+report to hang-report-JOBID.txt beside the job log, prints its summary to the log, and writes
+the suspect node (or nothing) to the hang file. The batch script's monitor sees that file, stops
+the job and retries it (slurmgen.retry). Standard library and python-hostlist only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+DUMP_SIGNAL = "USR1"  # train.heartbeat.DUMP_SIGNAL
+HANG_FILE = "hung"
+POLL_SECONDS = 5.0
+STACK_WAIT_SECONDS = 10.0
+
+# Runs on every node of a component: signal the ranks that beat from this host. A stopped rank
+# (SIGSTOP, a debugger) takes the signal only once continued, so it is continued after; the job
+# is stopped next anyway. py-spy, where installed, reads the stack without the rank's help.
+_DUMP = r'''
+d=$1 h=$(hostname)
+for f in "$d"/rank-*; do
+    read -r rank _ _ host pid < "$f" || continue
+    [[ $host == "$h" ]] || continue
+    state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || state=gone
+    echo "${state:-gone}" > "$d/state-$rank"
+    [[ $state == gone ]] && continue
+    : > "$d/stack-$rank"
+    command -v py-spy >/dev/null && timeout 20 py-spy dump --pid "$pid" > "$d/pyspy-$rank" 2>&1
+    kill -USR1 "$pid"
+    [[ $state == T ]] && kill -CONT "$pid"
+done
+exit 0
+'''
+_STATES = {"T": "stopped by a signal (SIGSTOP?)", "t": "stopped by a debugger", "Z": "exited (zombie)",
+           "D": "in uninterruptible I/O", "gone": "no longer running"}
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    step: int
+    time: float
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    func: str
+
+
+def read_beats(folder: Path) -> dict[int, Beat]:
+    beats = {}
+    for path in folder.glob("rank-*"):
+        if path.suffix == ".tmp":
+            continue
+        try:
+            rank, step, when, host, pid = path.read_text().split()
+            beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid))
+        except (OSError, ValueError):
+            continue  # being replaced right now: read again at the next poll
+    return beats
+
+
+def stuck_ranks(beats: dict[int, Beat], world: int, now: float, timeout: float) -> list[int]:
+    """Ranks whose last beat is older than timeout. Nothing counts before the first beat (loading,
+    data preparation); a rank that never beat is measured from the first beat of any rank."""
+    if not beats:
+        return []
+    first = min(b.time for b in beats.values())
+    last = {r: beats[r].time if r in beats else first for r in range(world)}
+    return sorted(r for r, t in last.items() if now - t >= timeout)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+
+
+def parse_threads(text: str) -> list[list[Frame]]:
+    """faulthandler's dump: per thread, its frames innermost first."""
+    threads: list[list[Frame]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+        elif threads and (m := _FRAME.match(line)):
+            threads[-1].append(Frame(m["path"], int(m["line"]), m["func"].strip()))
+    return threads
+
+
+def main_thread(threads: list[list[Frame]]) -> list[Frame]:
+    """The thread that runs the program: its outermost frame is the module being run."""
+    for frames in threads:
+        if frames and frames[-1].func == "<module>":
+            return frames
+    return threads[0] if threads else []
+
+
+def short_path(path: str) -> str:
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    cwd = os.getcwd() + "/"
+    if path.startswith(cwd):
+        return path[len(cwd):]
+    return "/".join(path.split("/")[-2:])
+
+
+def _is_library(frame: Frame) -> bool:
+    return (frame.path.startswith("<") or "-packages/" in frame.path
+            or re.search(r"/lib/python3\.\d+/", frame.path) is not None)
+
+
+def where(frames: list[Frame]) -> str:
+    """Where a rank is: its innermost frame, and the innermost frame of its own code if that is
+    a library frame (`_engine_run_backward (torch/autograd/graph.py:829), called from ...`)."""
+    if not frames:
+        return "no stack"
+    inner = frames[0]
+    text = f"{inner.func} ({short_path(inner.path)}:{inner.line})"
+    own = next((f for f in frames if not _is_library(f)), None)
+    if own is not None and own is not inner:
+        text += f", called from {own.func} ({short_path(own.path)}:{own.line})"
+    return text
+
+
+def ranges(numbers) -> str:
+    """0,1,2,4,5 -> 0-2,4-5"""
+    out, numbers = [], sorted(numbers)
+    start = prev = None
+    for n in numbers + [None]:
+        if start is not None and (n is None or n != prev + 1):
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ",".join(out)
+
+
+def _hosts(names) -> str:
+    import hostlist
+    return hostlist.collect_hostlist(sorted(set(names)))
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: int
+    host: str
+    step: int
+    state: str      # a /proc state letter, "gone", or "" when the node did not answer
+    place: str      # where(...) of its main thread
+
+    @property
+    def unusual_state(self) -> str:
+        return _STATES.get(self.state, "")
+
+
+def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
+    """Summary lines, odd ones out first, and the node to blame: the one node every odd rank is
+    on, or None when the ranks agree or point at several nodes."""
+    top_step = max(v.step for v in views)
+    groups: dict[str, list[RankView]] = {}
+    for v in views:
+        groups.setdefault(v.place, []).append(v)
+    usual = max(groups, key=lambda p: (len(groups[p]), max(v.step for v in groups[p])))
+    odd = [v for v in views if v.place != usual or v.unusual_state or v.step < top_step]
+    lines = []
+    for v in sorted(odd, key=lambda v: v.rank):
+        notes = [f"step {v.step}"] + ([v.unusual_state] if v.unusual_state else [])
+        lines.append(f"rank {v.rank} on {v.host} ({', '.join(notes)}) is in {v.place}")
+    rest = [v for v in views if v not in odd]
+    if rest:
+        ranks = ranges(v.rank for v in rest)
+        noun = "rank" if len(rest) == 1 else "ranks"
+        verb = "is" if len(rest) == 1 else "wait"
+        steps = ranges({v.step for v in rest})
+        lines.append(f"{noun} {ranks} on {_hosts(v.host for v in rest)} (step {steps}) "
+                     f"{verb if odd else 'are all'} in {usual}")
+    suspects = {v.host for v in odd}
+    return lines, (suspects.pop() if len(suspects) == 1 and rest else None)
+
+
+def ask_for_stacks(folder: Path, groups: list[tuple[str, int]]) -> None:
+    """One `srun --overlap` per component into the running job; each signals its node's ranks."""
+    procs = []
+    for group, nodes in groups:
+        het = [f"--het-group={group}"] if group != "-" else []
+        cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
+               "--ntasks-per-node=1", "--cpus-per-task=1", "--quiet",
+               "bash", "-c", _DUMP, "slurmgen-dump", str(folder)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=60)
+            if proc.returncode:
+                print(f"slurmgen: hang watch: srun --overlap failed: {err.strip()[:300]}", flush=True)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def collect(folder: Path, beats: dict[int, Beat], world: int) -> tuple[list[RankView], dict[int, str]]:
+    """Each rank's view and stack text once the dumps have arrived (or STACK_WAIT_SECONDS)."""
+    deadline = time.time() + STACK_WAIT_SECONDS
+    while time.time() < deadline:
+        if all(_read(folder / f"stack-{r}") or _read(folder / f"state-{r}") == "gone" for r in range(world)):
+            break
+        time.sleep(0.5)
+    time.sleep(0.5)  # a dump that has begun finishes
+    views, texts = [], {}
+    for r in range(world):
+        beat = beats.get(r)
+        text = _read(folder / f"stack-{r}")
+        spy = _read(folder / f"pyspy-{r}")
+        texts[r] = text + ("\npy-spy:\n" + spy if spy else "")
+        views.append(RankView(r, beat.host if beat else "?", beat.step if beat else 0,
+                              _read(folder / f"state-{r}").strip(), where(main_thread(parse_threads(text)))))
+    return views, texts
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def report_text(job: str, idle: float, timeout: float, views, texts, lines, suspect) -> str:
+    out = [f"slurmgen hang report: job {job}, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+           f"no progress for {idle:.0f} s (--hang-timeout {timeout:g})", "", "summary:"]
+    out += ["  " + line for line in lines]
+    out += [f"  suspect node: {suspect or 'none (the ranks agree, or point at several nodes)'}", "",
+            "ranks:", "  rank  node          step  state"]
+    out += [f"  {v.rank:<5} {v.host:<13} {v.step:<5} {v.state or '?'}" for v in views]
+    for v in views:
+        out += ["", f"--- rank {v.rank} on {v.host} ---", texts[v.rank].rstrip() or "(no stack)"]
+    return "\n".join(out) + "\n"
+
+
+def watch(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]]) -> int:
+    parent = os.getppid()
+    while True:
+        time.sleep(min(POLL_SECONDS, timeout / 4))
+        if os.getppid() != parent:  # the batch script is gone
+            return 0
+        beats = read_beats(folder)
+        now = time.time()
+        stuck = stuck_ranks(beats, world, now, timeout)
+        if not stuck:
+            continue
+        idle = now - min(b.time for b in beats.values() if b.rank in stuck) if any(
+            r in beats for r in stuck) else timeout
+        ask_for_stacks(folder, groups)
+        views, texts = collect(folder, beats, world)
+        lines, suspect = summarize(views)
+        job = os.environ.get("SLURM_JOB_ID", "?")
+        with open(report, "a") as fh:
+            fh.write(report_text(job, idle, timeout, views, texts, lines, suspect))
+        print(f"slurmgen: hang: no progress for {idle:.0f} s (--hang-timeout {timeout:g}); report: {report}")
+        for line in lines:
+            print(f"slurmgen:   {line}")
+        sys.stdout.flush()
+        (folder / HANG_FILE).write_text(f"{suspect or ''}\n")
+        return 0
+
+
+def parse_groups(text: str) -> list[tuple[str, int]]:
+    """"0:2,1:2" (het group:nodes) or "-:4" (a plain job)."""
+    out = []
+    for part in text.split(","):
+        group, _, nodes = part.partition(":")
+        out.append((group, int(nodes)))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5:
+        print("usage: python -m slurmgen.hangs HEARTBEAT_DIR TIMEOUT WORLD REPORT GROUPS", file=sys.stderr)
+        return 2
+    folder, timeout, world, report, groups = argv
+    return watch(Path(folder), float(timeout), int(world), Path(report), parse_groups(groups))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+"""Preflight's verdict, run by the batch script (python -m slurmgen.preflight LOG NODES): compare
+the reports every node wrote (SLURMGEN_PREFLIGHT lines, from the script's PREFLIGHT_REPORT) and
+stop the job before training when a node differs from the others or lacks what the job needs."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+FIELDS = ("python", "torch", "nccl", "transformers", "trl", "datasets")
+
+
+def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]:
+    """(node, what, found, expected) for every difference."""
+    hosts = len({r["host"] for r in reports})
+    found = [("(job)", "distinct nodes", str(hosts), str(nodes))] if hosts != nodes else []
+    for f in FIELDS:
+        usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
+        found += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
+    for r in reports:
+        seen, _, want = r["gpus"].partition(" of ")
+        found += [(r["host"], "GPUs visible", seen, want)] if seen != want else []
+        found += [(r["host"], f, r[f], "found") for f in ("target", "model") if r[f].startswith("MISSING")]
+    return found
+
+
+def main(argv: list[str]) -> int:
+    log, nodes = argv
+    with open(log) as fh:
+        reports = [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
+    found = problems(reports, int(nodes))
+    if found:
+        print("slurmgen: preflight failed; not starting training:")
+        rows = [("node", "what", "found", "expected")] + sorted(found)
+        widths = [max(map(len, column)) for column in zip(*rows)]
+        for row in rows:
+            print("  " + "  ".join(map(str.ljust, row, widths)).rstrip())
+        return 1
+    print("slurmgen: preflight passed on %d node(s): " % len(reports)
+          + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,232 @@
+"""Failures and bad nodes: `python -m slurmgen.retry`, called by the batch script.
+
+A failure is a hang (slurmgen.hangs), a crashed rank, or a run that ended without the script
+(Slurm killed it: a node went down). Failures are counted per job in a small JSON file beside the
+log, apart from time-limit restarts and preemptions, up to --max-failures. A failure that points at
+one node gets that node excluded from the requeued job (ExcNodeList): at once for a node Slurm
+marks down or drained, after the second failure there for a hung or crashed rank (once may be the
+code, twice on one node is the node). When the layout can no longer be met without the excluded
+nodes, the job says so and ends instead of pending for ever.
+
+    python -m slurmgen.retry begin STATE_FILE MAX_FAILURES LAYOUT
+        at the start of every run: a previous run that never ended is a failure
+    python -m slurmgen.retry failed STATE_FILE MAX_FAILURES LAYOUT WHY [NODE]
+        after the monitor stopped a failed run: count it, exclude, requeue (exit 0) or not (1)
+
+LAYOUT is GPUS:NODES per component, e.g. 1:2,2:2 for 1,1,2,2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from slurmgen import cluster
+
+# Where Slurm puts a node that it will not give a job (scontrol's State= words).
+_BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
+STOP = 1  # exit status: end the job (the script then exits with the failure's own status)
+
+
+def load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"failures": [], "excluded": []}
+
+
+def save(path: Path, state: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
+
+
+def parse_layout(text: str) -> list[tuple[int, int]]:
+    return [(int(g), int(n)) for g, n in (part.split(":") for part in text.split(","))]
+
+
+def to_exclude(failures: list[dict], bad_now: list[str]) -> list[str]:
+    """Nodes a retry should avoid: bad in Slurm's eyes now, or blamed for two failures."""
+    blamed = Counter(f["node"] for f in failures if f.get("node") and f["why"] != "node")
+    node_failures = {f["node"] for f in failures if f.get("node") and f["why"] == "node"}
+    return sorted(set(bad_now) | node_failures | {n for n, count in blamed.items() if count >= 2})
+
+
+def layout_fits(layout: list[tuple[int, int]], capacities: list[int]) -> bool:
+    """Whether nodes with these GPU counts can hold the components (GPUs per node, nodes). Nodes
+    with at least g GPUs are nested sets, so it is enough that for every g the nodes with >= g
+    GPUs outnumber the component nodes that need >= g."""
+    for g in {g for g, _ in layout}:
+        need = sum(n for gg, n in layout if gg >= g)
+        if sum(1 for c in capacities if c >= g) < need:
+            return False
+    return True
+
+
+def _scontrol(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+
+
+def _job_fields(job: str) -> dict:
+    """The leader's fields of `scontrol show job -o`; NodeList joins every het component's."""
+    records = []
+    for line in _scontrol("show", "job", "-o", job).stdout.splitlines():
+        fields = {}
+        for token in line.split():
+            key, _, value = token.partition("=")
+            fields.setdefault(key, value)
+        records.append(fields)
+    if not records:
+        return {}
+    nodes = [r["NodeList"] for r in records if r.get("NodeList") not in (None, "", "(null)")]
+    return {**records[0], "NodeList": ",".join(nodes)}
+
+
+def _expand(names: str) -> list[str]:
+    import hostlist
+    return hostlist.expand_hostlist(names) if names and names != "(null)" else []
+
+
+def bad_nodes(names: list[str]) -> dict[str, str]:
+    """Of these nodes, those Slurm will not use now: name -> state (and reason)."""
+    out = {}
+    for name in names:
+        fields = {}
+        for token in _scontrol("show", "node", "-o", name).stdout.split():
+            key, _, value = token.partition("=")
+            fields.setdefault(key, value)
+        state = fields.get("State", "")
+        if any(word in state for word in _BAD_STATES):
+            out[name] = state
+    return out
+
+
+def fits_without(layout, partition: str, excluded: list[str]) -> bool:
+    nodes = cluster.query().nodes
+    caps = [n.gpus for n in nodes
+            if n.usable and n.name not in excluded and (not partition or n.partition == partition)]
+    return layout_fits(layout, caps)
+
+
+# torchrun's summary of a failed agent, and srun's line for a failed task.
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\s*\n\s*time\s*:\s*(?P<time>\S+)\s*\n"
+                         r"\s*host\s*:\s*(?P<host>\S+)\s*\n\s*rank\s*:.*\n\s*exitcode\s*:\s*(?P<code>-?\d+)")
+_SRUN_TASK = re.compile(r"^srun: error: (?P<host>\S+): tasks? [\d,-]+: (?:Exited with exit code (?P<code>\d+)|.*)$", re.M)
+
+
+def crashed_node(log: str) -> str:
+    """The node where the last run's failure began, from the job log ("" when it cannot be told).
+
+    When one rank crashes, the others fail too, from the broken collective: those exit with
+    Python's status 1, while the rank that began it mostly does not (a signal, os._exit, an OOM
+    kill). So: the earliest failure torchrun reports with another status, else the earliest; with
+    --launcher srun, srun's first task that exited with another status than 1. Several nodes in the
+    same second: none."""
+    start = log.rfind("slurmgen: job ")
+    log = log[start:] if start >= 0 else log
+    causes = [(m["time"], m["host"], m["code"]) for m in _ROOT_CAUSE.finditer(log)]
+    if causes:
+        odd = [c for c in causes if c[2] != "1"] or causes
+        first = min(t for t, _, _ in odd)
+        hosts = {h for t, h, _ in odd if t == first}
+        return hosts.pop() if len(hosts) == 1 else ""
+    tasks = [(m["host"], m["code"]) for m in _SRUN_TASK.finditer(log)]
+    odd = [h for h, code in tasks if code not in (None, "1")]
+    return odd[0] if odd else ""
+
+
+def _ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def begin(path: Path, max_failures: int, layout) -> int:
+    """A run starts: if the previous one never reached its end (Slurm ended it: a node failure),
+    count that and remember the node that went bad, for the next requeue."""
+    state = load(path)
+    running = Path(f"{path}.running")  # the script removes it wherever it ends the run itself
+    previous = running.read_text().split() if running.exists() else []
+    job = os.environ.get("SLURM_JOB_ID", "")
+    gone = bad_nodes(previous)
+    if gone:  # not counted otherwise: a run requeued by hand ends without the script too
+        node = sorted(gone)[0]
+        state["failures"].append({"why": "node", "node": node})
+        state["excluded"] = sorted(set(state["excluded"]) | set(gone))
+        print(f"slurmgen: the last run of job {job} ended when {node} became {gone[node]}: failure "
+              f"{len(state['failures'])} of at most {max_failures}; {node} is left out of later runs",
+              flush=True)
+        save(path, state)
+    running.write_text(" ".join(_expand(os.environ.get("SLURM_JOB_NODELIST", ""))) + "\n")
+    if len(state["failures"]) > max_failures:
+        print(f"slurmgen: {len(state['failures'])} failures, more than --max-failures {max_failures}: "
+              "not training again", file=sys.stderr, flush=True)
+        return STOP
+    return 0
+
+
+def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
+    """The monitor stopped a failed run: count it, exclude what it points at, requeue or not."""
+    state = load(path)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    fields = _job_fields(job)
+    gone = bad_nodes(_expand(fields.get("NodeList", "")))
+    if gone:
+        why, node = "node", sorted(gone)[0]
+    elif not node and why == "crash":
+        try:
+            node = crashed_node(Path(fields.get("StdErr", "")).read_text(errors="replace"))
+        except OSError:
+            pass
+    beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")
+    if not gone and not (beats and any(Path(beats).glob("rank-*"))):
+        print("slurmgen: the run failed before its first step: not retrying, it would fail the same way",
+              file=sys.stderr, flush=True)
+        return STOP
+    state["failures"].append({"why": why, "node": node})
+    count = len(state["failures"])
+    where = f" on {node}" if node else ""
+    if count > max_failures:
+        save(path, state)
+        print(f"slurmgen: failure {count} ({why}{where}): no retry left (--max-failures {max_failures})",
+              file=sys.stderr, flush=True)
+        return STOP
+    excluded = sorted(set(state.get("excluded", [])) | set(to_exclude(state["failures"], list(gone))))
+    new = [n for n in excluded if n not in state.get("excluded", [])]
+    state["excluded"] = excluded
+    save(path, state)
+    user = _expand(fields.get("ExcNodeList", ""))
+    if new and not fits_without(parse_layout(layout), fields.get("Partition", ""), sorted(set(user) | set(excluded))):
+        print(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot "
+              f"hold the layout any more: not retrying", file=sys.stderr, flush=True)
+        return STOP
+    reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({_ordinal(2)} failure there)" for n in new]
+    print(f"slurmgen: failure {count} of at most {max_failures} ({why}{where}): requeueing job {job} "
+          "to resume from its newest checkpoint"
+          + (f"; excluding {', '.join(reasons)}" if reasons else ""), flush=True)
+    if _scontrol("requeue", job).returncode != 0:
+        print("slurmgen: scontrol requeue failed", file=sys.stderr, flush=True)
+        return STOP
+    if excluded:
+        import hostlist
+        names = hostlist.collect_hostlist(sorted(set(user) | set(excluded)))
+        done = _scontrol("update", f"JobId={job}", f"ExcNodeList={names}")
+        if done.returncode != 0:
+            print(f"slurmgen: could not exclude {names}: {done.stderr.strip()}", file=sys.stderr, flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 4 and argv[0] == "begin":
+        return begin(Path(argv[1]), int(argv[2]), argv[3])
+    if len(argv) >= 5 and argv[0] == "failed":
+        return failed(Path(argv[1]), int(argv[2]), argv[3], argv[4], argv[5] if len(argv) > 5 else "")
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

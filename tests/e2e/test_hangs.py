@@ -1,0 +1,179 @@
+"""Hangs and bad nodes (issue 12), end to end on the local cluster with a spare node: GPUs
+1,1,2,2,2, so a 1,1,2,2 job fits again once one 2-GPU node is left out.
+
+* two hangs in one job: rank 3 stopped with SIGSTOP, then (in the retried run) rank 3 stuck in
+  its data loader while the others wait for it. Each is named with its node and stack in
+  hang-report-JOB.txt within --hang-timeout + 60 s; the second hang on node3 gets node3 excluded
+  and the third run finishes every step on the spare node;
+* a rank that crashes on node3 in every run: retried once, then node3 is excluded and the job
+  finishes on the spare node;
+* node3's slurmd killed mid-run: Slurm marks it down and requeues the job, the next run says so,
+  leaves node3 out and finishes from the checkpoint on the spare node;
+* a healthy run three times as long as its hang timeout: no report, no false alarm.
+
+The module brings the cluster up as 1,1,2,2,2 (same profile and Slurm) and back as it was.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_helpers
+from tests.e2e.conftest import REPO, render_and_submit
+from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, progress_times, wait_progress,
+                                             wait_with_nudges)
+
+UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop"]
+CLUSTER = REPO / "tests" / "localcluster.sh"
+STATE = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
+HANG_TIMEOUT = 20
+
+
+def _layout() -> dict[str, str]:
+    text = (STATE / "layout").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def _up(gpus: str, layout: dict[str, str]) -> None:
+    subprocess.run(["bash", str(CLUSTER), "down"], check=True, capture_output=True, text=True)
+    proc = subprocess.run(["bash", str(CLUSTER), "up", "--gpus", gpus, "--profile", layout.get("PROFILE", "auto"),
+                           "--slurm", layout.get("SLURM", "system") or "system"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def spare_node(cluster):
+    before = _layout()
+    _up("1,1,2,2,2", before)
+    yield
+    _up(before["GPUS"].replace(" ", ","), before)
+
+
+def component_nodes(info: dict) -> list[str]:
+    import hostlist
+    return [n for c in info["Components"] for n in hostlist.expand_hostlist(c["NodeList"])]
+
+
+def beat_of(workdir: Path, job_id: str, rank: int) -> tuple[int, str, int]:
+    """(step, host, pid) from a rank's heartbeat file."""
+    _, step, _, host, pid = (workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}").read_text().split()
+    return int(step), host, int(pid)
+
+
+def reports(workdir: Path, job_id: str) -> list[str]:
+    path = workdir / "logs" / f"hang-report-{job_id}.txt"
+    text = path.read_text() if path.exists() else ""
+    return [r for r in re.split(r"(?m)^(?=slurmgen hang report: )", text) if r.strip()]
+
+
+def wait_reports(workdir: Path, job_id: str, count: int, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while len(reports(workdir, job_id)) < count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"no hang report {count} after {timeout:g} s:\n{job_log(workdir, job_id)[-5000:]}")
+        time.sleep(0.5)
+    return time.monotonic()
+
+
+def rank_section(report: str, rank: int) -> str:
+    return report.split(f"--- rank {rank} on ", 1)[1].split("\n--- rank ", 1)[0]
+
+
+def finished_every_step(workdir: Path, job, steps: int) -> None:
+    assert job.state == "COMPLETED", job.log[-6000:]
+    assert job.metrics()["global_step"] == steps, job.log[-4000:]
+    assert set(range(1, steps + 1)) <= set(progress_steps(workdir / "run")), job.log[-4000:]
+
+
+def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path):
+    steps = 40
+    job_id = render_and_submit(
+        tmp_path, [*UNEVEN, "--hang-timeout", str(HANG_TIMEOUT), "--collective-timeout", "900",
+                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4", "--env", "SLURMGEN_TEST_HANG_IN_DATA=3:14:1"],
+        ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
+    # Run 0: rank 3 (node3) stopped once checkpoint-10 exists.
+    wait_progress(job_id, tmp_path / "run", 12)
+    step, host, pid = beat_of(tmp_path, job_id, 3)
+    assert host == "node3"
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    named_at = wait_reports(tmp_path, job_id, 1, HANG_TIMEOUT + 60)
+    assert named_at - stopped_at <= HANG_TIMEOUT + 60
+    first = reports(tmp_path, job_id)[0]
+    summary = first.split("ranks:")[0]
+    assert re.search(r"rank 3 on node3 \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", summary), first
+    assert "suspect node: node3" in summary, first
+    assert re.search(r'File ".*", line \d+ in ', rank_section(first, 3)), first
+    # Run 1: rank 3 hangs in its data loader at step 14; the others wait in the gradient all_reduce.
+    job = wait_with_nudges(job_id, timeout=900)
+    log = job_log(tmp_path, job_id)
+    second = reports(tmp_path, job_id)[1]
+    summary = second.split("ranks:")[0]
+    assert re.search(r"rank 3 on node3 \(step 13\) is in batches \(train/data\.py:\d+\), called from "
+                     r"_main \(train/ddp_loop\.py:\d+\)", summary), second
+    assert re.search(r"ranks 0-2,4-5 on node\[1-4\] \(step 13\) wait in ", summary), second
+    assert "slurmgen: hang: no progress for" in log and "slurmgen:   rank 3 on node3" in log, log[-6000:]
+    assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
+    assert "failure 2 of at most 2 (hang on node3): requeueing" in log and \
+        "excluding node3 (2nd failure there)" in log, log[-6000:]
+    # Run 2: without node3, on the spare node, from the newest checkpoint.
+    finished_every_step(tmp_path, job, steps)
+    assert "node3" not in component_nodes(job.info) and "node5" in component_nodes(job.info), job.info
+    assert len(re.findall(r"resuming from \S+checkpoint-\d+ at step \d+", log)) == 2, log[-6000:]
+
+
+def test_a_node_where_a_rank_crashes_twice_is_excluded(spare_node, assets, tmp_path):
+    steps = 20
+    job_id = render_and_submit(
+        tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
+        ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
+    job = wait_with_nudges(job_id, timeout=900)
+    log = job_log(tmp_path, job_id)
+    assert log.count("on node3: crashing at step 8") == 2, log[-6000:]
+    assert "failure 1 of at most 2 (crash on node3): requeueing" in log, log[-6000:]
+    assert "failure 2 of at most 2 (crash on node3): requeueing" in log and \
+        "excluding node3 (2nd failure there)" in log, log[-6000:]
+    finished_every_step(tmp_path, job, steps)
+    assert "node3" not in component_nodes(job.info) and "node5" in component_nodes(job.info), job.info
+
+
+def test_a_lost_node_is_excluded_and_the_job_finishes_on_the_spare(spare_node, assets, tmp_path):
+    steps = 40
+    job_id = render_and_submit(
+        tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_STEP_SLEEP=0.5"],
+        ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
+    wait_progress(job_id, tmp_path / "run", 6)
+    slurmd = int((STATE / "run" / "slurmd-node3.pid").read_text().split()[0])
+    os.kill(slurmd, signal.SIGKILL)
+    try:
+        job = wait_with_nudges(job_id, timeout=900)
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "node-restart", "node3"], capture_output=True, text=True)
+        subprocess.run(["scontrol", "update", "nodename=node3", "state=resume"], capture_output=True)
+    log = job_log(tmp_path, job_id)
+    assert re.search(rf"slurmgen: the last run of job {job_id} ended when node3 became \S*DOWN\S*: failure 1 "
+                     r"of at most 2; node3 is left out of later runs", log), log[-6000:]
+    finished_every_step(tmp_path, job, steps)
+    assert "node3" not in component_nodes(job.info) and "node5" in component_nodes(job.info), job.info
+    assert re.search(r"resuming from \S+checkpoint-\d+ at step [1-9]\d*", log), log[-6000:]
+
+
+def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
+    started = time.monotonic()
+    job = render_and_submit(
+        tmp_path, ["--nodes", "2", "--gpus", "1", "--module", "train.ddp_loop", "--hang-timeout", "10",
+                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4"],
+        ddp_args(assets, tmp_path, 100, save_steps=25), timeout=600)
+    finished_every_step(tmp_path, job, 100)
+    first, last = progress_times(tmp_path / "run")
+    assert last - first >= 3 * 10, (first, last)
+    assert not reports(tmp_path, job.job_id) and "slurmgen: hang" not in job.log, job.log[-4000:]
+    assert time.monotonic() - started < 600
+

@@ -1,0 +1,119 @@
+"""The hang watch and the failure bookkeeping without a cluster: a real faulthandler dump of a
+real process parsed and summarized, stuck-rank detection, the node blamed for a crash from
+torchrun's and srun's own words, exclusion and whether a layout still fits."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from slurmgen import hangs, retry
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
+    """train.heartbeat's handler, a process blocked inside a function of its own: the dump taken
+    by the signal names that function, called from the program's own code."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import os, sys, threading, time
+        from train import heartbeat
+        heartbeat.install()
+        heartbeat.beat(7)
+        def next_batch():
+            print("ready", flush=True)
+            threading.Event().wait()
+        next_batch()
+    """))
+    env = dict(os.environ, SLURMGEN_HEARTBEAT_DIR=str(tmp_path / "hb"), RANK="3", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        beats = hangs.read_beats(tmp_path / "hb")
+        assert beats[3].step == 7 and beats[3].pid == proc.pid
+        os.kill(proc.pid, signal.SIGUSR1)
+        stack = tmp_path / "hb" / "stack-3"
+        for _ in range(50):
+            if "next_batch" in stack.read_text():
+                break
+            time.sleep(0.1)
+        frames = hangs.main_thread(hangs.parse_threads(stack.read_text()))
+    finally:
+        proc.kill()
+    place = hangs.where(frames)
+    assert frames[0].func == "wait" and frames[-1].func == "<module>", frames
+    assert place.startswith("wait (") and re.search(r", called from next_batch \(\S*prog\.py:8\)$", place), place
+
+
+def views(*specs):
+    return [hangs.RankView(rank, host, step, state, place) for rank, host, step, state, place in specs]
+
+
+def test_the_odd_rank_out_is_named_and_its_node_blamed():
+    backward = "_engine_run_backward (torch/autograd/graph.py:829), called from _main (train/ddp_loop.py:185)"
+    data = "batches (train/data.py:84), called from _main (train/ddp_loop.py:181)"
+    lines, suspect = hangs.summarize(views(
+        (0, "node1", 13, "S", backward), (1, "node2", 13, "S", backward), (2, "node3", 13, "S", backward),
+        (3, "node3", 13, "S", data), (4, "node4", 13, "S", backward), (5, "node4", 13, "S", backward)))
+    assert lines == [f"rank 3 on node3 (step 13) is in {data}",
+                     f"ranks 0-2,4-5 on node[1-4] (step 13) wait in {backward}"]
+    assert suspect == "node3"
+
+
+def test_a_stopped_rank_is_odd_even_where_the_others_are():
+    same = "all_reduce (torch/distributed/distributed_c10d.py:2806)"
+    lines, suspect = hangs.summarize(views((0, "node1", 5, "S", same), (1, "node2", 5, "T", same)))
+    assert lines[0] == f"rank 1 on node2 (step 5, stopped by a signal (SIGSTOP?)) is in {same}"
+    assert suspect == "node2"
+
+
+def test_ranks_that_agree_blame_no_node():
+    lines, suspect = hangs.summarize(views((0, "node1", 5, "S", "x (a.py:1)"), (1, "node2", 5, "S", "x (a.py:1)")))
+    assert lines == ["ranks 0-1 on node[1-2] (step 5) are all in x (a.py:1)"] and suspect is None
+
+
+def test_stuck_ranks_count_from_the_first_beat():
+    beat = lambda r, t: hangs.Beat(r, 1, t, "n", 1)
+    assert hangs.stuck_ranks({}, 4, 1000.0, 10) == []  # loading: nothing counts yet
+    beats = {0: beat(0, 100.0), 1: beat(1, 95.0)}
+    assert hangs.stuck_ranks(beats, 3, 104.0, 10) == []
+    assert hangs.stuck_ranks(beats, 3, 105.0, 10) == [1, 2]  # rank 2 never beat since 95
+    assert hangs.ranges([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
+
+
+ROOT = """Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_10:30:0{sec}
+  host      : {host}
+  rank      : {rank} (local_rank: 0)
+  exitcode  : {code} (pid: 12)
+"""
+
+
+def test_the_crashed_node_is_where_the_failure_began():
+    log = ("slurmgen: job 9 (restart 0 ...)\n" + ROOT.format(sec=1, host="node3", rank=2, code=1)
+           + "slurmgen: job 9 (restart 0 ...)\n" + ROOT.format(sec=2, host="node1", rank=0, code=1)
+           + ROOT.format(sec=2, host="node3", rank=3, code=-9))
+    assert retry.crashed_node(log) == "node3"  # the last run only; a signal, not the others' status 1
+    tie = "slurmgen: job 9\n" + ROOT.format(sec=1, host="node1", rank=0, code=1) + ROOT.format(sec=1, host="node2", rank=1, code=1)
+    assert retry.crashed_node(tie) == ""
+    srun = "slurmgen: job 9\nsrun: error: node1: task 0: Killed\nsrun: error: node4: task 5: Exited with exit code 13\n"
+    assert retry.crashed_node(srun) == "node4"
+
+
+def test_exclusion_and_whether_the_layout_still_fits():
+    crash = lambda node: {"why": "crash", "node": node}
+    assert retry.to_exclude([crash("node3")], []) == []
+    assert retry.to_exclude([crash("node3"), {"why": "hang", "node": "node3"}], []) == ["node3"]
+    assert retry.to_exclude([{"why": "node", "node": "node2"}], ["node7"]) == ["node2", "node7"]
+    one_one_two_two = retry.parse_layout("1:2,2:2")
+    assert retry.layout_fits(one_one_two_two, [1, 1, 2, 2])
+    assert retry.layout_fits(one_one_two_two, [2, 2, 2, 2])  # a 2-GPU node can host a 1-GPU part
+    assert not retry.layout_fits(one_one_two_two, [1, 1, 1, 2, 2, 4][:4] + [1])
+    assert not retry.layout_fits(one_one_two_two, [1, 1, 2])

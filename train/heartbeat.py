@@ -1,0 +1,74 @@
+"""What every rank shows slurmgen's hang watch (slurmgen.hangs), under SLURMGEN_HEARTBEAT_DIR.
+
+  * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, at every optimizer step, so the watch
+    sees which rank stopped advancing and where its process is;
+  * on DUMP_SIGNAL every rank writes the Python stacks of all its threads to stack-RANK
+    (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
+    and it needs no ptrace, which many sites forbid);
+  * test hooks: SLURMGEN_TEST_HANG_IN_DATA="RANK:STEP[:RUN]" makes one rank hang while fetching
+    a batch in the job's run RUN (SLURM_RESTART_COUNT, 0 by default), the way a stuck data loader
+    does (hang_in_data_loader);
+    SLURMGEN_TEST_CRASH_ON="HOST:STEP" makes the first rank on that host exit at that step, in
+    every run (a sick node).
+
+Without the variable (another launcher, a unit test) all of this does nothing.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import socket
+import time
+
+HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"
+DUMP_SIGNAL = signal.SIGUSR1
+HANG_IN_DATA_ENV = "SLURMGEN_TEST_HANG_IN_DATA"
+CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
+
+_stack_file = None  # kept open: faulthandler writes to its file descriptor
+
+
+def _rank() -> str:
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+
+
+def install() -> None:
+    """Register the stack dump and write a first beat (step 0); called once per rank."""
+    global _stack_file
+    folder = os.environ.get(HEARTBEAT_DIR_ENV)
+    if not folder or _stack_file is not None:
+        return
+    os.makedirs(folder, exist_ok=True)
+    # Appending: the watch empties the file before it asks, and each dump lands at its start.
+    _stack_file = open(os.path.join(folder, f"stack-{_rank()}"), "a")
+    try:
+        faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
+    except (ValueError, RuntimeError):  # not the main thread, or no such signal here
+        pass
+    beat(0)
+
+
+def beat(step: int) -> None:
+    """One small overwrite per step: the watch compares the time with its clock."""
+    folder = os.environ.get(HEARTBEAT_DIR_ENV)
+    if not folder:
+        return
+    path = os.path.join(folder, f"rank-{_rank()}")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{_rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}\n")
+    os.replace(tmp, path)
+    host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
+    if host == socket.gethostname() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"rank {_rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
+        os._exit(13)
+
+
+def hang_in_data_loader(step: int) -> None:
+    """The test hook: the named rank sleeps here for good at the named step of the named run."""
+    rank, at, run = (os.environ.get(HANG_IN_DATA_ENV, "").split(":") + ["", "", "0"])[:3]
+    if rank == _rank() and at == str(step) and os.environ.get("SLURM_RESTART_COUNT", "0") == run:
+        while True:
+            time.sleep(3600)
