@@ -107,9 +107,11 @@ def bad_nodes(names: list[str]) -> dict[str, str]:
 
 
 def fits_without(layout, partition: str, excluded: list[str]) -> bool:
-    nodes = cluster.query().nodes
-    caps = [n.gpus for n in nodes
-            if n.usable and n.name not in excluded and (not partition or n.partition == partition)]
+    """Whether the partition (default: the cluster's default one) can hold the layout without
+    the excluded nodes and those Slurm will not use."""
+    info = cluster.query()
+    partition = partition or info.default_partition
+    caps = [n.gpus for n in info.nodes if n.usable and n.name not in excluded and n.partition == partition]
     return layout_fits(layout, caps)
 
 
@@ -140,6 +142,18 @@ def crashed_node(log: str) -> str:
     return odd[0] if odd else ""
 
 
+def next_exclusion(history: list[dict], exclude, gpus, partition) -> tuple[str, list[str], bool]:
+    """For the submit path's retries: the --exclude value (the user's and the nodes to avoid), the
+    nodes new in it, and whether the partition can still hold one node per GPU count in gpus."""
+    import hostlist
+    user = hostlist.expand_hostlist(exclude) if exclude else []
+    avoid = to_exclude(history, [])
+    new = [n for n in avoid if n not in user]
+    names = sorted(set(user) | set(avoid))
+    fits = not new or fits_without([(g, 1) for g in gpus], partition or "", names)
+    return hostlist.collect_hostlist(names) if names else None, new, fits
+
+
 def _ordinal(n: int) -> str:
     return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
@@ -160,7 +174,8 @@ def begin(path: Path, max_failures: int, layout) -> int:
               f"{len(state['failures'])} of at most {max_failures}; {node} is left out of later runs",
               flush=True)
         save(path, state)
-    running.write_text(" ".join(_expand(os.environ.get("SLURM_JOB_NODELIST", ""))) + "\n")
+    lists = [v for k, v in os.environ.items() if k == "SLURM_JOB_NODELIST" or k.startswith("SLURM_JOB_NODELIST_HET_GROUP_")]
+    running.write_text(" ".join(sorted({n for v in lists for n in _expand(v)})) + "\n")
     if len(state["failures"]) > max_failures:
         print(f"slurmgen: {len(state['failures'])} failures, more than --max-failures {max_failures}: "
               "not training again", file=sys.stderr, flush=True)
@@ -183,8 +198,8 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
             pass
     beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")
     if not gone and not (beats and any(Path(beats).glob("rank-*"))):
-        print("slurmgen: the run failed before its first step: not retrying, it would fail the same way",
-              file=sys.stderr, flush=True)
+        print("slurmgen: no rank had finished a training step (train.heartbeat): not retrying a failure"
+              " that would most likely happen again", file=sys.stderr, flush=True)
         return STOP
     state["failures"].append({"why": why, "node": node})
     count = len(state["failures"])

@@ -89,6 +89,9 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.cpus_per_node is not None:
         raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
                         " task per GPU; use --cpus-per-gpu")
+    if spec.hang_timeout not in (0, JobSpec.hang_timeout):
+        raise SpecError(f"--hang-timeout {spec.hang_timeout}: python -m slurmgen.submit has no hang watch"
+                        " (scripts from slurmgen render do); it retries crashes up to --max-failures")
     if spec.log_name != DEFAULT_LOG_NAME:
         raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
                         " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
@@ -446,6 +449,13 @@ class Submission:
         text = tail(paths.stderr) or tail(paths.stdout)
         return TaskFailure(task, host or (task_host(paths.stdout) if task is not None else None),
                            paths.stderr, text)
+
+    def crashed_host(self) -> Optional[str]:
+        """The node where the failure began as srun saw it (a task that died on its own rather
+        than from the broken collective: slurmgen.retry.crashed_node); None if it cannot be told."""
+        from slurmgen.retry import crashed_node
+
+        return None if self.local else crashed_node(tail(self._paths(0).stderr, 400)) or None
 
     def metrics_file(self) -> Optional[Path]:
         if self.output_dir is None:

@@ -11,6 +11,7 @@ the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input, 1
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Optional
@@ -79,8 +80,9 @@ def report_failure(err) -> None:
         click.echo(failure.tail or "(empty)", err=True)
 
 
-def follow(sub, printer: ProgressPrinter, interval: float = 1.0) -> int:
-    """Wait for the job; on Ctrl-C ask whether to cancel it. Returns the exit status."""
+def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optional[list] = None) -> int:
+    """Wait for the job; on Ctrl-C ask whether to cancel it. Returns the exit status; a failure
+    (JobFailed) is appended to ``failed`` where given."""
     from slurmgen.submission import JobFailed
 
     try:
@@ -93,9 +95,51 @@ def follow(sub, printer: ProgressPrinter, interval: float = 1.0) -> int:
         metrics = sub.result()
     except JobFailed as err:
         report_failure(err)
+        if failed is not None:
+            failed.append(err)
         return JOB_FAILED
     report_success(sub, metrics)
     return 0
+
+
+def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
+    """Submit, follow, and after a crash mid-training submit again (up to --max-failures), as
+    the rendered script requeues: the entry points resume from the newest checkpoint in
+    --output_dir, and a node blamed for two failures (or marked down) is excluded."""
+    from slurmgen.retry import next_exclusion
+    from slurmgen.submission import SubmitError, submit_job
+
+    history: list[dict] = []
+    while True:
+        try:
+            sub = submit_job(spec, folder, local=local)
+        except SubmitError as err:
+            fail(str(err), JOB_FAILED)
+        click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
+        click.echo(f"submitit folder: {sub.folder}")
+        failed: list = []
+        code = follow(sub, ProgressPrinter(), interval, failed)
+        if not failed or local:
+            return code
+        host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
+        progress = sub.status().progress
+        if not progress or float(progress.get("time", 0)) < sub.submitted_at:
+            return code  # failed before a training step: a retry would fail the same way
+        history.append({"why": "crash", "node": host or ""})
+        if len(history) > spec.max_failures:
+            click.echo(f"slurmgen: failure {len(history)}: no retry left (--max-failures {spec.max_failures})",
+                       err=True)
+            return code
+        exclude, new, fits = next_exclusion(history, spec.exclude, spec.gpus, spec.partition)
+        where = f" on {host}" if host else ""
+        if not fits:
+            click.echo(f"slurmgen: failure {len(history)} (crash{where}); without {exclude} the partition "
+                       "cannot hold the layout any more: not retrying", err=True)
+            return code
+        click.echo(f"slurmgen: failure {len(history)} of at most {spec.max_failures} (crash{where}): submitting "
+                   "again to resume from the newest checkpoint"
+                   + (f"; excluding {', '.join(new)} (2nd failure there)" if new else ""))
+        spec = dataclasses.replace(spec, exclude=exclude)
 
 
 # With --attach, only these say where the job is; anything else would be silently ignored.
@@ -173,15 +217,14 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
             prefetch(spec, log=lambda line: click.echo(line, err=True))
         except PrefetchError as err:
             fail(str(err), JOB_FAILED)
+    if not detach:
+        sys.exit(submit_and_follow(spec, folder, local, interval))
     try:
         sub = submit_job(spec, folder, local=local)
     except SubmitError as err:
         fail(str(err), JOB_FAILED)
     click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
     click.echo(f"submitit folder: {sub.folder}")
-    if detach:
-        return
-    sys.exit(follow(sub, ProgressPrinter(), interval))
 
 
 SUBMIT_ONLY = ("folder", "detach", "local", "interval")

@@ -27,6 +27,12 @@ CASES = [
      "--nodelist 'node1,node2,node3': names 3 nodes for --nodes 2; give exactly one host per node"),
     (["--time", "2", "--grace", "300"], "--time '2': must be longer than the --grace period of 300 s"),
     (["--job-name", "a\tb"], "--job-name 'a\\tb': must be non-empty printable text on one line"),
+    # Hangs and retries (issue 12).
+    (["--hang-timeout", "600"],
+     "--hang-timeout 600: must be 0 (off) or fewer seconds than --collective-timeout 600, which would end a hang first"),
+    (["--hang-timeout", "-1"],
+     "--hang-timeout -1: must be 0 (off) or fewer seconds than --collective-timeout 600, which would end a hang first"),
+    (["--max-failures", "-1"], "--max-failures -1: must be zero or more"),
     # The options of real training scripts (issue 11).
     (["--mem", "8G", "--mem-per-gpu", "16G"],
      "--mem '8G' and --mem-per-gpu '16G': choose one way to ask for memory"),

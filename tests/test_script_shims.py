@@ -141,7 +141,7 @@ def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp
     elapsed = time.monotonic() - start
     assert proc.returncode == 4
     assert elapsed < 15, f"the healthy component ran {elapsed:.0f} s past the settle window"
-    assert "slurmgen: stopping the other components" in proc.stderr
+    assert "slurmgen: stopping the components still running" in proc.stderr
     assert "component 1 (2 node(s) x 2 GPUs) failed" not in proc.stderr
 
 

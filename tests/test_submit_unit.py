@@ -587,6 +587,9 @@ def test_slurm_parameters_carry_the_options_of_real_training_scripts(tmp_path):
     (JobSpec(gpus=(2,), log_name="train-%j.log"),
      "--log-name 'train-%j.log': python -m slurmgen.submit writes submitit's logs"
      " (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder"),
+    (JobSpec(gpus=(2,), hang_timeout=60),
+     "--hang-timeout 60: python -m slurmgen.submit has no hang watch (scripts from slurmgen render do);"
+     " it retries crashes up to --max-failures"),
 ])
 def test_submit_refuses_what_only_a_rendered_script_has(spec, message):
     with pytest.raises(SpecError) as err:

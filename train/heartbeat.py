@@ -52,6 +52,10 @@ def install() -> None:
 
 def beat(step: int) -> None:
     """One small overwrite per step: the watch compares the time with its clock."""
+    host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
+    if host == socket.gethostname() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"rank {_rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
+        os._exit(13)
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder:
         return
@@ -60,10 +64,6 @@ def beat(step: int) -> None:
     with open(tmp, "w") as fh:
         fh.write(f"{_rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}\n")
     os.replace(tmp, path)
-    host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
-    if host == socket.gethostname() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"rank {_rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
-        os._exit(13)
 
 
 def hang_in_data_loader(step: int) -> None:

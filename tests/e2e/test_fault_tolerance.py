@@ -319,9 +319,10 @@ def test_warning_with_no_restarts_left_checkpoints_and_fails(cluster, assets, tm
 
 @pytest.mark.timeout(300)
 def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
-    """SIGKILL to global rank 3 (node3) mid-run: FAILED within 60 s, not requeued, the log names
-    the failing component and node, and no rank of the job survives."""
-    args, tag = tagged([*UNEVEN, "--module", "train.ddp_loop"])
+    """SIGKILL to global rank 3 (node3) mid-run, with no retries (--max-failures 0; retries are
+    tests/e2e/test_hangs.py's): FAILED within 60 s, not requeued, the log names the failing
+    component and node, and no rank of the job survives."""
+    args, tag = tagged([*UNEVEN, "--module", "train.ddp_loop", "--max-failures", "0"])
     job_id = render_and_submit(tmp_path, args, ddp_args(assets, tmp_path, 5000), wait=False)
     try:
         wait_progress(job_id, tmp_path / "run", 3)
@@ -340,6 +341,7 @@ def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
     assert elapsed < 60, f"job ended {elapsed:.0f} s after the kill"
     assert info["Restarts"] == "0", "a failed job must not be requeued"
     assert "requeueing" not in log
+    assert f"slurmgen: failure 1 (crash on {node}): no retry left (--max-failures 0)" in log, log
     # slurmgen names the component; srun and torchrun name the node and the rank.
     assert "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status" in log, log
     assert re.search(rf"srun: error: {node}: task \d+: Exited with exit code [1-9]", log), log
@@ -356,12 +358,13 @@ def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
 def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_path):
     """train.sft (HF writes checkpoint-N in place): rank 0 is SIGKILLed the moment checkpoint-8
     appears, so it is left half written. A planted newer, corrupt checkpoint-10 joins it. The
-    rerun sets both aside and resumes from checkpoint-4, the newest complete one."""
+    rerun sets both aside and resumes from checkpoint-4, the newest complete one. (No automatic
+    retry, --max-failures 0: the rerun is submitted by the test, after the planting.)"""
     steps, every = 12, 4
     run = tmp_path / "run"
     run.mkdir()
     watch = DirWatch(run)
-    args, tag = tagged(UNEVEN)
+    args, tag = tagged([*UNEVEN, "--max-failures", "0"])
     train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every, per_device_train_batch_size=1)
     job_id = render_and_submit(tmp_path, args, train_args, wait=False)
     half = run / f"checkpoint-{2 * every}"

@@ -177,3 +177,26 @@ def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
     assert not reports(tmp_path, job.job_id) and "slurmgen: hang" not in job.log, job.log[-4000:]
     assert time.monotonic() - started < 600
 
+
+
+def test_submit_path_retries_a_crash_and_excludes_the_node(spare_node, assets, tmp_path):
+    """python -m slurmgen.submit: the same budget; each retry is a new job that resumes from the
+    newest checkpoint, and the second crash on node3 gets node3 excluded."""
+    from tests.e2e.test_submit import run_submit
+
+    proc = run_submit(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop",
+                                 "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
+                      ddp_args(assets, tmp_path, 20, save_steps=5), timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "failure 1 of at most 2 (crash on node3): submitting again" in out, out[-6000:]
+    assert "failure 2 of at most 2 (crash on node3): submitting again to resume from the newest checkpoint;" \
+           " excluding node3 (2nd failure there)" in out, out[-6000:]
+    assert len(re.findall(r"^submitted job \d+", proc.stdout, re.M)) == 3, out[-6000:]
+    assert (tmp_path / "run" / "metrics.json").is_file()
+    assert json_load(tmp_path / "run" / "metrics.json")["global_step"] == 20
+
+
+def json_load(path: Path):
+    import json
+    return json.loads(path.read_text())

@@ -106,6 +106,7 @@ requeue_or_finish() {  # exit status
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
     rm -f "$FAILURES_FILE.running"
     if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
+        trap '' USR2 TERM  # what a requeue sends is no time-limit warning
         (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 4:2 "$WHY" "$SUSPECT" && exit 0
         exit "$1"
     fi
@@ -157,7 +158,7 @@ watch_components() {
             WHY=hang SUSPECT=$(<"$SLURMGEN_HEARTBEAT_DIR/hung") FIRST_FAILURE=1 SETTLE_END=0
         fi
         if (( FIRST_FAILURE && (RUNNING == 0 || SECONDS >= SETTLE_END) )); then
-            (( RUNNING == 0 )) || { echo "slurmgen: stopping the other components" >&2; stop_components; }
+            (( RUNNING == 0 )) || { echo "slurmgen: stopping the components still running" >&2; stop_components; }
             requeue_or_finish "$FIRST_FAILURE"
         fi
         if (( RUNNING == 0 )); then
