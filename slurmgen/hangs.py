@@ -198,8 +198,10 @@ def ask_for_stacks(folder: Path, groups: list[tuple[str, int]]) -> None:
     procs = []
     for group, nodes in groups:
         het = [f"--het-group={group}"] if group != "-" else []
+        # --mem=0: where memory is a consumable, the training step holds all of it (checked
+        # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
-               "--ntasks-per-node=1", "--cpus-per-task=1", "--quiet",
+               "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=0", "--quiet",
                "bash", "-c", _DUMP, "slurmgen-dump", str(folder)]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for proc in procs:
@@ -249,6 +251,12 @@ def report_text(job: str, idle: float, timeout: float, views, texts, lines, susp
     return "\n".join(out) + "\n"
 
 
+def nccl_note(report: Path, job: str) -> str:
+    """Where NCCL's flight recorder dumps go (CUDA only; train.heartbeat turns it on)."""
+    return (f"NCCL flight recorder (CUDA): {report.parent}/nccl-trace-{job}-rank-N, written when NCCL's own"
+            " watchdog times out (--collective-timeout); read with python -m torch.distributed.flight_recorder.fr_trace\n")
+
+
 def watch(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]]) -> int:
     parent = os.getppid()
     while True:
@@ -267,7 +275,7 @@ def watch(folder: Path, timeout: float, world: int, report: Path, groups: list[t
         lines, suspect = summarize(views)
         job = os.environ.get("SLURM_JOB_ID", "?")
         with open(report, "a") as fh:
-            fh.write(report_text(job, idle, timeout, views, texts, lines, suspect))
+            fh.write(report_text(job, idle, timeout, views, texts, lines, suspect) + nccl_note(report, job))
         print(f"slurmgen: hang: no progress for {idle:.0f} s (--hang-timeout {timeout:g}); report: {report}")
         for line in lines:
             print(f"slurmgen:   {line}")

@@ -37,6 +37,7 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
         assert proc.stdout.readline().strip() == "ready"
         beats = hangs.read_beats(tmp_path / "hb")
         assert beats[3].step == 7 and beats[3].pid == proc.pid
+        time.sleep(0.5)  # from print() into the wait
         os.kill(proc.pid, signal.SIGUSR1)
         stack = tmp_path / "hb" / "stack-3"
         for _ in range(50):

@@ -2,6 +2,7 @@
 
   * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, at every optimizer step, so the watch
     sees which rank stopped advancing and where its process is;
+  * NCCL's flight recorder on, dumping beside the job log on NCCL's own timeout (CUDA only);
   * on DUMP_SIGNAL every rank writes the Python stacks of all its threads to stack-RANK
     (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
     and it needs no ptrace, which many sites forbid);
@@ -41,6 +42,13 @@ def install() -> None:
     if not folder or _stack_file is not None:
         return
     os.makedirs(folder, exist_ok=True)
+    # On CUDA: NCCL's flight recorder keeps each rank's last collectives and writes them beside
+    # the job log when NCCL's own watchdog times out (read with torch's fr_trace). Before the
+    # process group exists, which reads these.
+    os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(
+        os.path.dirname(os.path.abspath(folder)), f"nccl-trace-{os.environ.get('SLURM_JOB_ID', '0')}-rank-"))
     # Appending: the watch empties the file before it asks, and each dump lands at its start.
     _stack_file = open(os.path.join(folder, f"stack-{_rank()}"), "a")
     try:
