@@ -25,8 +25,13 @@ def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]
     return found
 
 
+REQUEUED = 3  # exit status: the job was requeued without the node that differs
+
+
 def main(argv: list[str]) -> int:
-    log, nodes = argv
+    """LOG NODES [FAILURES_FILE MAX_FAILURES LAYOUT]: with the last three, a difference found on
+    one node only counts as a failure there (slurmgen.retry): the job is requeued without it."""
+    log, nodes, *retry_args = argv
     with open(log) as fh:
         reports = [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
     found = problems(reports, int(nodes))
@@ -36,6 +41,14 @@ def main(argv: list[str]) -> int:
         widths = [max(map(len, column)) for column in zip(*rows)]
         for row in rows:
             print("  " + "  ".join(map(str.ljust, row, widths)).rstrip())
+        hosts = {host for host, *_ in found}
+        sys.stdout.flush()
+        if retry_args and len(hosts) == 1 and "(job)" not in hosts:
+            from slurmgen import retry
+
+            path, most, layout = retry_args
+            if retry.failed(retry.Path(path), int(most), layout, "preflight", hosts.pop()) == 0:
+                return REQUEUED
         return 1
     print("slurmgen: preflight passed on %d node(s): " % len(reports)
           + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))

@@ -4,8 +4,8 @@ A failure is a hang (slurmgen.hangs), a crashed rank, or a run that ended withou
 (Slurm killed it: a node went down). Failures are counted per job in a small JSON file beside the
 log, apart from time-limit restarts and preemptions, up to --max-failures. A failure that points at
 one node gets that node excluded from the requeued job (ExcNodeList): at once for a node Slurm
-marks down or drained, after the second failure there for a hung or crashed rank (once may be the
-code, twice on one node is the node). When the layout can no longer be met without the excluded
+marks down or drained and for a node whose software differs (preflight), after the second failure
+there for a hung or crashed rank (once may be the code, twice on one node is the node). When the layout can no longer be met without the excluded
 nodes, the job says so and ends instead of pending for ever.
 
     python -m slurmgen.retry begin STATE_FILE MAX_FAILURES LAYOUT
@@ -30,6 +30,8 @@ from slurmgen import cluster
 
 # Where Slurm puts a node that it will not give a job (scontrol's State= words).
 _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
+# Failures that are the node's, not the training's: its node is excluded at once.
+NODE_LEVEL = ("node", "preflight")
 STOP = 1  # exit status: end the job (the script then exits with the failure's own status)
 
 
@@ -52,8 +54,8 @@ def parse_layout(text: str) -> list[tuple[int, int]]:
 
 def to_exclude(failures: list[dict], bad_now: list[str]) -> list[str]:
     """Nodes a retry should avoid: bad in Slurm's eyes now, or blamed for two failures."""
-    blamed = Counter(f["node"] for f in failures if f.get("node") and f["why"] != "node")
-    node_failures = {f["node"] for f in failures if f.get("node") and f["why"] == "node"}
+    blamed = Counter(f["node"] for f in failures if f.get("node") and f["why"] not in NODE_LEVEL)
+    node_failures = {f["node"] for f in failures if f.get("node") and f["why"] in NODE_LEVEL}
     return sorted(set(bad_now) | node_failures | {n for n, count in blamed.items() if count >= 2})
 
 
@@ -154,10 +156,6 @@ def next_exclusion(history: list[dict], exclude, gpus, partition) -> tuple[str, 
     return hostlist.collect_hostlist(names) if names else None, new, fits
 
 
-def _ordinal(n: int) -> str:
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
-
-
 def begin(path: Path, max_failures: int, layout) -> int:
     """A run starts: if the previous one never reached its end (Slurm ended it: a node failure),
     count that and remember the node that went bad, for the next requeue."""
@@ -186,6 +184,7 @@ def begin(path: Path, max_failures: int, layout) -> int:
 def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
     """The monitor stopped a failed run: count it, exclude what it points at, requeue or not."""
     state = load(path)
+    Path(f"{path}.running").unlink(missing_ok=True)  # this run ends here, not lost
     job = os.environ.get("SLURM_JOB_ID", "")
     fields = _job_fields(job)
     gone = bad_nodes(_expand(fields.get("NodeList", "")))
@@ -197,7 +196,7 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
         except OSError:
             pass
     beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")
-    if not gone and not (beats and any(Path(beats).glob("rank-*"))):
+    if not gone and why != "preflight" and not (beats and any(Path(beats).glob("rank-*"))):
         print("slurmgen: no rank had finished a training step (train.heartbeat): not retrying a failure"
               " that would most likely happen again", file=sys.stderr, flush=True)
         return STOP
@@ -218,7 +217,8 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
         print(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot "
               f"hold the layout any more: not retrying", file=sys.stderr, flush=True)
         return STOP
-    reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({_ordinal(2)} failure there)" for n in new]
+    reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({why})" if why in NODE_LEVEL and n == node
+               else f"{n} (2nd failure there)" for n in new]
     print(f"slurmgen: failure {count} of at most {max_failures} ({why}{where}): requeueing job {job} "
           "to resume from its newest checkpoint"
           + (f"; excluding {', '.join(reasons)}" if reasons else ""), flush=True)

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -163,6 +164,25 @@ def test_a_lost_node_is_excluded_and_the_job_finishes_on_the_spare(spare_node, a
     finished_every_step(tmp_path, job, steps)
     assert "node3" not in component_nodes(job.info) and "node5" in component_nodes(job.info), job.info
     assert re.search(r"resuming from \S+checkpoint-\d+ at step [1-9]\d*", log), log[-6000:]
+
+
+def test_a_node_whose_software_differs_is_excluded_at_once(spare_node, assets, tmp_path):
+    """Preflight finds another trl on node3 only: the job is requeued without node3 and trains."""
+    fake = tmp_path / "fake-site"
+    (fake / "trl-0.0.1.dist-info").mkdir(parents=True)
+    (fake / "trl-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 0.0.1\n")
+    wrapper = tmp_path / "python-on-node"
+    wrapper.write_text(f'#!/bin/bash\n[ "$(hostname)" = node3 ] && export PYTHONPATH={fake}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--python", str(wrapper)], ddp_args(assets, tmp_path, 6),
+                               wait=False)
+    job = wait_with_nudges(job_id, timeout=600)
+    log = job_log(tmp_path, job_id)
+    assert re.search(r"node3\s+trl\s+0\.0\.1", log), log[-4000:]
+    assert f"slurmgen: failure 1 of at most 2 (preflight on node3): requeueing job {job_id} to resume from its" \
+           " newest checkpoint; excluding node3 (preflight)" in log, log[-4000:]
+    finished_every_step(tmp_path, job, 6)
+    assert "node3" not in component_nodes(job.info) and "node5" in component_nodes(job.info), job.info
 
 
 def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):

@@ -64,7 +64,8 @@ PREFLIGHT_LOG="$LOGS/.preflight-$SLURM_JOB_ID"
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 4 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
-python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 2 || exit 1
+python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 2 "$FAILURES_FILE" 2 4:2
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without a node that differs
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.

@@ -73,7 +73,8 @@ srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
 srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 2 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
-python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 || exit 1
+python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 "$FAILURES_FILE" 2 1:2,2:2
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without a node that differs
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.

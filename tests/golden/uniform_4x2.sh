@@ -67,7 +67,8 @@ PREFLIGHT_LOG="$LOGS/.preflight-$SLURM_JOB_ID"
 srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 2 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
-python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 || exit 1
+python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 "$FAILURES_FILE" 2 2:4
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without a node that differs
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
