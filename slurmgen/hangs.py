@@ -217,7 +217,7 @@ def collect(folder: Path, beats: dict[int, Beat], world: int) -> tuple[list[Rank
     """Each rank's view and stack text once the dumps have arrived (or STACK_WAIT_SECONDS)."""
     deadline = time.time() + STACK_WAIT_SECONDS
     while time.time() < deadline:
-        if all(_read(folder / f"stack-{r}") or _read(folder / f"state-{r}") == "gone" for r in range(world)):
+        if all(_read(folder / f"stack-{r}") or _read(folder / f"state-{r}").strip() == "gone" for r in range(world)):
             break
         time.sleep(0.5)
     time.sleep(0.5)  # a dump that has begun finishes

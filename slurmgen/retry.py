@@ -95,15 +95,14 @@ def _expand(names: str) -> list[str]:
 
 
 def bad_nodes(names: list[str]) -> dict[str, str]:
-    """Of these nodes, those Slurm will not use now: name -> state (and reason)."""
-    out = {}
-    for name in names:
-        fields = {}
-        for token in _scontrol("show", "node", "-o", name).stdout.split():
-            key, _, value = token.partition("=")
-            fields.setdefault(key, value)
-        state = fields.get("State", "")
-        if any(word in state for word in _BAD_STATES):
+    """Of these nodes, those Slurm will not use now: name -> state (one scontrol call)."""
+    wanted, out = set(names), {}
+    if not wanted:
+        return out
+    for line in _scontrol("show", "node", "-o").stdout.splitlines():
+        fields = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        name, state = fields.get("NodeName", ""), fields.get("State", "")
+        if name in wanted and any(word in state for word in _BAD_STATES):
             out[name] = state
     return out
 

@@ -128,7 +128,29 @@ def test_every_component_that_fails_on_its_own_is_named(render_args, tmp_path):
     assert proc.returncode == 4
     lines = [line for line in proc.stderr.splitlines() if line.startswith("slurmgen:")]
     assert lines == ["slurmgen: component 0 (2 node(s) x 1 GPU) failed with exit status 4 (nodes node[1-2])",
-                     "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])"]
+                     "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])",
+                     "slurmgen: no rank had finished a training step (train.heartbeat): not retrying a failure"
+                     " that would most likely happen again"]
+
+
+def test_a_failure_after_training_started_is_retried(render_args, tmp_path):
+    """Ranks have beaten: the failure is counted and the job requeued (--max-failures 2), and
+    with no retry left it ends with the failure's status."""
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    env = shim_env(tmp_path, SHIM_FAIL_NODE_RANK="2=3@0.5", SHIM_SLEEP="120", SHIM_BEAT="1",
+                   SLURMGEN_SETTLE_SECONDS="1")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "slurmgen: failure 1 of at most 2 (crash): requeueing job 1234 to resume from its newest checkpoint\n" \
+        in proc.stdout, proc.stdout + proc.stderr
+    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    failures = json.loads((tmp_path / "logs" / ".failures-1234").read_text())["failures"]
+    assert failures == [{"why": "crash", "node": ""}]
+    # Two more: the third is one too many.
+    subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 3
+    assert "slurmgen: failure 3 (crash): no retry left (--max-failures 2)" in proc.stderr
 
 
 def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp_path):

@@ -32,7 +32,12 @@ _stack_file = None  # kept open: faulthandler writes to its file descriptor
 
 
 def _rank() -> str:
-    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    """The global rank: torchrun's RANK, else (--launcher srun) the component's offset plus
+    SLURM_PROCID, which restarts at 0 in each het component (as train.distenv reads it)."""
+    if "RANK" in os.environ:
+        return os.environ["RANK"]
+    offset = int(os.environ.get("SLURMGEN_RANK_OFFSET", "0") or 0)
+    return str(offset + int(os.environ.get("SLURM_PROCID", "0") or 0))
 
 
 def install() -> None:

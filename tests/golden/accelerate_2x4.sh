@@ -96,7 +96,7 @@ trap on_time_warning USR2 TERM
 stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.02), KILL 30 s on
     scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null || kill -TERM "${COMPONENT_PIDS[@]}" 2>/dev/null
     for _ in $(seq 1 30); do
-        jobs -rp | grep -q . || return 0
+        kill -0 "${COMPONENT_PIDS[@]}" 2>/dev/null || return 0  # not the hang watch
         sleep 1
     done
     kill -KILL "${COMPONENT_PIDS[@]}" 2>/dev/null
