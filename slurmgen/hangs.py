@@ -294,11 +294,15 @@ def parse_groups(text: str) -> list[tuple[str, int]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5:
-        print("usage: python -m slurmgen.hangs HEARTBEAT_DIR TIMEOUT WORLD REPORT GROUPS", file=sys.stderr)
+    """TIMEOUT WORLD GROUPS; the heartbeats are in $SLURMGEN_HEARTBEAT_DIR, the report goes beside
+    it (the log directory) as hang-report-$SLURM_JOB_ID.txt."""
+    folder = os.environ.get("SLURMGEN_HEARTBEAT_DIR")
+    if len(argv) != 3 or not folder:
+        print("usage: SLURMGEN_HEARTBEAT_DIR=DIR python -m slurmgen.hangs TIMEOUT WORLD GROUPS", file=sys.stderr)
         return 2
-    folder, timeout, world, report, groups = argv
-    return watch(Path(folder), float(timeout), int(world), Path(report), parse_groups(groups))
+    timeout, world, groups = argv
+    report = Path(folder).parent / f"hang-report-{os.environ.get('SLURM_JOB_ID', '0')}.txt"
+    return watch(Path(folder), float(timeout), int(world), report, parse_groups(groups))
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ rm -f "$SLURMGEN_STOP_FILE" "$SLURMGEN_OUTCOME_FILE"
 RESTARTS_FILE="$LOGS/.restarts-$SLURM_JOB_ID"
 RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 6, master $MASTER_ADDR:$MASTER_PORT"
-# Failures (hangs, crashes, lost nodes) are counted apart; ranks beat per step for the hang watch.
+# Failures (hangs, crashes, lost nodes) are counted apart; ranks beat here per step.
 FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
 python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 1:2,2:2 || exit 1
 export SLURMGEN_HEARTBEAT_DIR="$LOGS/.heartbeat-$SLURM_JOB_ID"
@@ -74,7 +74,7 @@ srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 2 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
 python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 "$FAILURES_FILE" 2 1:2,2:2
-case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without a node that differs
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without the odd node
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
@@ -105,7 +105,7 @@ trap on_time_warning USR2 TERM
 stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.02), KILL 30 s on
     scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null || kill -TERM "${COMPONENT_PIDS[@]}" 2>/dev/null
     for _ in $(seq 1 30); do
-        kill -0 "${COMPONENT_PIDS[@]}" 2>/dev/null || return 0  # not the hang watch
+        kill -0 "${COMPONENT_PIDS[@]}" 2>/dev/null || return 0
         sleep 1
     done
     kill -KILL "${COMPONENT_PIDS[@]}" 2>/dev/null
@@ -116,7 +116,7 @@ requeue_or_finish() {  # exit status
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
     rm -f "$FAILURES_FILE.running"
     if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
-        trap '' USR2 TERM  # what a requeue sends is no time-limit warning
+        trap '' USR2 TERM  # a requeue's TERM is no warning
         (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 1:2,2:2 "$WHY" "$SUSPECT" && exit 0
         exit "$1"
     fi
@@ -204,7 +204,7 @@ SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLU
     --rdzv-conf=timeout=300 \
     "${TARGET[@]}"
 
-# A rank without a step for 300 s: every rank's stack to the report, then a retry.
-python3 -m slurmgen.hangs "$SLURMGEN_HEARTBEAT_DIR" 300 6 "$LOGS/hang-report-$SLURM_JOB_ID.txt" 0:2,1:2 &
+# A rank idle for 300 s: every rank's stack to $LOGS/hang-report-JOB.txt, then a retry.
+python3 -m slurmgen.hangs 300 6 0:2,1:2 &
 HANG_WATCH=$!
 watch_components
