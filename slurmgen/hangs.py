@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -155,6 +156,13 @@ def _hosts(names) -> str:
     return hostlist.collect_hostlist(sorted(set(names)))
 
 
+def in_collective(frames: list[Frame]) -> bool:
+    """Whether a stack waits on the other ranks: inside torch.distributed, DDP, or the autograd
+    engine (where DDP's gradient all_reduce blocks a backward)."""
+    return any("torch/distributed/" in f.path or "torch/nn/parallel/distributed" in f.path
+               or f.func == "_engine_run_backward" for f in frames)
+
+
 @dataclass(frozen=True)
 class RankView:
     rank: int
@@ -162,6 +170,7 @@ class RankView:
     step: int
     state: str      # a /proc state letter, "gone", or "" when the node did not answer
     place: str      # where(...) of its main thread
+    waiting: bool = False  # in_collective(...) of its main thread
 
     @property
     def unusual_state(self) -> str:
@@ -170,25 +179,36 @@ class RankView:
 
 def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
     """Summary lines, odd ones out first, and the node to blame: the one node every odd rank is
-    on, or None when the ranks agree or point at several nodes."""
+    on, or None when the ranks agree or point at several nodes.
+
+    Where some ranks wait in a collective and others do not, those others are the odd ones out
+    (a rank in forward's buffer broadcast and one in backward's all_reduce wait for the same
+    missing peer). Otherwise the largest group of ranks at one place is the usual one. Either way
+    a stopped process, or a rank behind the others' step, is odd too."""
     top_step = max(v.step for v in views)
-    groups: dict[str, list[RankView]] = {}
-    for v in views:
-        groups.setdefault(v.place, []).append(v)
-    usual = max(groups, key=lambda p: (len(groups[p]), max(v.step for v in groups[p])))
-    odd = [v for v in views if v.place != usual or v.unusual_state or v.step < top_step]
+    waiting = [v for v in views if v.waiting]
+    if waiting and len(waiting) < len(views):
+        usual = waiting
+    else:
+        groups: dict[str, list[RankView]] = {}
+        for v in views:
+            groups.setdefault(v.place, []).append(v)
+        usual = groups[max(groups, key=lambda p: (len(groups[p]), max(v.step for v in groups[p])))]
+    odd = [v for v in views if v not in usual or v.unusual_state or v.step < top_step]
     lines = []
     for v in sorted(odd, key=lambda v: v.rank):
         notes = [f"step {v.step}"] + ([v.unusual_state] if v.unusual_state else [])
         lines.append(f"rank {v.rank} on {v.host} ({', '.join(notes)}) is in {v.place}")
     rest = [v for v in views if v not in odd]
     if rest:
+        places = Counter(v.place for v in rest)
+        place, count = places.most_common(1)[0]
+        elsewhere = f" ({len(rest) - count} elsewhere)" if count < len(rest) else ""
         ranks = ranges(v.rank for v in rest)
         noun = "rank" if len(rest) == 1 else "ranks"
-        verb = "is" if len(rest) == 1 else "wait"
-        steps = ranges({v.step for v in rest})
-        lines.append(f"{noun} {ranks} on {_hosts(v.host for v in rest)} (step {steps}) "
-                     f"{verb if odd else 'are all'} in {usual}")
+        verb = ("is" if len(rest) == 1 else "wait") if odd else "are all"
+        lines.append(f"{noun} {ranks} on {_hosts(v.host for v in rest)} (step {ranges({v.step for v in rest})}) "
+                     f"{verb} in {place}{elsewhere}")
     suspects = {v.host for v in odd}
     return lines, (suspects.pop() if len(suspects) == 1 and rest else None)
 
@@ -227,8 +247,9 @@ def collect(folder: Path, beats: dict[int, Beat], world: int) -> tuple[list[Rank
         text = _read(folder / f"stack-{r}")
         spy = _read(folder / f"pyspy-{r}")
         texts[r] = text + ("\npy-spy:\n" + spy if spy else "")
+        frames = main_thread(parse_threads(text))
         views.append(RankView(r, beat.host if beat else "?", beat.step if beat else 0,
-                              _read(folder / f"state-{r}").strip(), where(main_thread(parse_threads(text)))))
+                              _read(folder / f"state-{r}").strip(), where(frames), in_collective(frames)))
     return views, texts
 
 

@@ -53,7 +53,9 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
 
 
 def views(*specs):
-    return [hangs.RankView(rank, host, step, state, place) for rank, host, step, state, place in specs]
+    """RankViews; a place in torch counts as waiting in a collective, as in_collective finds it."""
+    return [hangs.RankView(rank, host, step, state, place, "torch/" in place)
+            for rank, host, step, state, place in specs]
 
 
 def test_the_odd_rank_out_is_named_and_its_node_blamed():
@@ -64,6 +66,18 @@ def test_the_odd_rank_out_is_named_and_its_node_blamed():
         (3, "node3", 13, "S", data), (4, "node4", 13, "S", backward), (5, "node4", 13, "S", backward)))
     assert lines == [f"rank 3 on node3 (step 13) is in {data}",
                      f"ranks 0-2,4-5 on node[1-4] (step 13) wait in {backward}"]
+    assert suspect == "node3"
+
+
+def test_ranks_waiting_in_different_collectives_wait_for_the_one_that_is_not():
+    broadcast = "_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py:2000)"
+    backward = "_engine_run_backward (torch/autograd/graph.py:829)"
+    data = "batches (train/data.py:84)"
+    lines, suspect = hangs.summarize(views(
+        (0, "node1", 13, "S", backward), (1, "node2", 13, "S", broadcast), (2, "node3", 13, "S", broadcast),
+        (3, "node3", 13, "S", data), (4, "node4", 13, "S", broadcast), (5, "node4", 13, "S", broadcast)))
+    assert lines == [f"rank 3 on node3 (step 13) is in {data}",
+                     f"ranks 0-2,4-5 on node[1-4] (step 13) wait in {broadcast} (1 elsewhere)"]
     assert suspect == "node3"
 
 
