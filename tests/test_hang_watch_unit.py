@@ -132,3 +132,25 @@ def test_exclusion_and_whether_the_layout_still_fits():
     assert retry.layout_fits(one_one_two_two, [2, 2, 2, 2])  # a 2-GPU node can host a 1-GPU part
     assert not retry.layout_fits(one_one_two_two, [1, 1, 1, 2, 2, 4][:4] + [1])
     assert not retry.layout_fits(one_one_two_two, [1, 1, 2])
+
+
+def test_watch_shows_hang_and_retry_lines_as_they_come(tmp_path):
+    from slurmgen.watch import LogEvents
+
+    log = tmp_path / "job.out"
+    log.write_text("slurmgen: job 7 (restart 0 of at most 3)\nslurmgen-train: step 1\n")
+    events = LogEvents()
+    records = [{"StdOut": str(log), "StdErr": str(log)}]
+    assert events.new(records) == []
+    with log.open("a") as fh:
+        fh.write("slurmgen: hang: no progress for 21 s (--hang-timeout 20); report: r.txt\n"
+                 "slurmgen:   rank 3 on node3 (step 13) is in batches (train/data.py:84)\n"
+                 "slurmgen: failure 1 of at most 2 (hang on node3): requeueing job 7 to resume\n"
+                 "slurmgen: half a li")
+    assert events.new(records) == [
+        "slurmgen: hang: no progress for 21 s (--hang-timeout 20); report: r.txt",
+        "slurmgen:   rank 3 on node3 (step 13) is in batches (train/data.py:84)",
+        "slurmgen: failure 1 of at most 2 (hang on node3): requeueing job 7 to resume"]
+    with log.open("a") as fh:
+        fh.write("ne\nslurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2\n")
+    assert events.new(records) == ["slurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2"]
