@@ -102,9 +102,10 @@ def parse_threads(text: str) -> list[list[Frame]]:
 
 
 def main_thread(threads: list[list[Frame]]) -> list[Frame]:
-    """The thread that runs the program: its outermost frame is the module being run."""
+    """The thread that runs the program: the one with the module being run (a script's
+    outermost frame; under `python -m`, inside runpy's)."""
     for frames in threads:
-        if frames and frames[-1].func == "<module>":
+        if any(f.func == "<module>" for f in frames):
             return frames
     return threads[0] if threads else []
 

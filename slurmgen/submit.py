@@ -121,10 +121,10 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         code = follow(sub, ProgressPrinter(), interval, failed)
         if not failed or local:
             return code
-        host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
         progress = sub.status().progress
         if not progress or float(progress.get("time", 0)) < sub.submitted_at:
             return code  # failed before a training step: a retry would fail the same way
+        host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
         history.append({"why": "crash", "node": host or ""})
         if len(history) > spec.max_failures:
             click.echo(f"slurmgen: failure {len(history)}: no retry left (--max-failures {spec.max_failures})",

@@ -367,9 +367,18 @@ class StubSubmission:
     folder = Path("/tmp/sub")
     output_dir = None
 
-    def __init__(self, wait_raises=None, result=None, error=None):
+    submitted_at = 1000.0
+
+    def __init__(self, wait_raises=None, result=None, error=None, progress=None):
         self.wait_raises, self._result, self.error = wait_raises, result, error
+        self.progress = progress  # newest progress.jsonl line, for the retry decision
         self.cancelled = False
+
+    def status(self):
+        return submission.Status("FAILED" if self.error else "COMPLETED", "0", self.progress)
+
+    def crashed_host(self):
+        return "node3"
 
     def wait(self, progress=None, interval=1.0):
         if self.wait_raises:
@@ -422,6 +431,39 @@ def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
     assert "slurmgen: job 77 FAILED: task 3 on node3 failed" in result.stderr
     assert result.stderr.rstrip().endswith("error: model path not found: x")
     assert "Traceback" not in result.output
+
+
+def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path):
+    """--max-failures: the job failed after a step of its own, so it is submitted again with the
+    same spec, and the second crash on node3 adds node3 to --exclude (the partition still fits)."""
+    from slurmgen import retry
+
+    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "boom")
+    crashed = lambda: StubSubmission(error=submission.JobFailed("77", "FAILED", failure),
+                                     progress={"step": 6, "time": 2000.0})
+    stubs = [crashed(), crashed(), StubSubmission(result={"world_size": 2})]
+    specs = []
+
+    def submit(spec, folder, local=False):
+        specs.append(spec)
+        return stubs[len(specs) - 1]
+
+    monkeypatch.setattr(submission, "submit_job", submit)
+    monkeypatch.setattr(retry, "fits_without", lambda layout, partition, excluded: True)
+    result = CliRunner().invoke(submit_command, ["--nodes", "2", "--gpus", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "slurmgen: failure 1 of at most 2 (crash on node3): submitting again to resume from the newest" \
+           " checkpoint\n" in result.stdout
+    assert "slurmgen: failure 2 of at most 2 (crash on node3): submitting again to resume from the newest" \
+           " checkpoint; excluding node3 (2nd failure there)" in result.stdout
+    assert [s.exclude for s in specs] == [None, None, "node3"]
+
+
+def test_a_crash_before_the_first_step_is_not_retried(monkeypatch, tmp_path):
+    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
+    stub = StubSubmission(error=submission.JobFailed("77", "FAILED", failure), progress={"step": 2, "time": 10.0})
+    result = run_cli(monkeypatch, stub)
+    assert result.exit_code == 1 and "submitting again" not in result.output
 
 
 @pytest.mark.parametrize("answer,cancelled", [("y\n", True), ("n\n", False)])

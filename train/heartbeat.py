@@ -41,7 +41,8 @@ def _rank() -> str:
 
 
 def install() -> None:
-    """Register the stack dump and write a first beat (step 0); called once per rank."""
+    """Register the stack dump; called once per rank, before the process group exists. No beat
+    yet: loading and data preparation may take long, and the watch counts from the first step."""
     global _stack_file
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder or _stack_file is not None:
@@ -50,9 +51,10 @@ def install() -> None:
     # On CUDA: NCCL's flight recorder keeps each rank's last collectives and writes them beside
     # the job log when NCCL's own watchdog times out (read with torch's fr_trace). Before the
     # process group exists, which reads these.
-    os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+    # (torch 2.13's names; the TORCH_NCCL_ ones of older releases are deprecated there)
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(
+    os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(
         os.path.dirname(os.path.abspath(folder)), f"nccl-trace-{os.environ.get('SLURM_JOB_ID', '0')}-rank-"))
     # Appending: the watch empties the file before it asks, and each dump lands at its start.
     _stack_file = open(os.path.join(folder, f"stack-{_rank()}"), "a")
@@ -60,7 +62,6 @@ def install() -> None:
         faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
     except (ValueError, RuntimeError):  # not the main thread, or no such signal here
         pass
-    beat(0)
 
 
 def beat(step: int) -> None:
