@@ -167,6 +167,7 @@ def _main(argv: list[str]) -> dict | None:
         global_batch = args.batch_size * denv.world_size
         progress = outputs.ProgressLog(args.output_dir, denv, args.max_steps, global_batch)
         progress.start(step)
+        heartbeat.beat(step)  # loaded: from here on a rank that does not advance is a hang
 
         ddp.train()
         tokens = torch.zeros(1, dtype=torch.int64, device=device)

@@ -1,7 +1,7 @@
 """What every rank shows slurmgen's hang watch (slurmgen.hangs), under SLURMGEN_HEARTBEAT_DIR.
 
-  * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, at every optimizer step, so the watch
-    sees which rank stopped advancing and where its process is;
+  * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, once training begins (after loading)
+    and at every optimizer step, so the watch sees which rank stopped advancing and where;
   * NCCL's flight recorder on, dumping beside the job log on NCCL's own timeout (CUDA only);
   * on DUMP_SIGNAL every rank writes the Python stacks of all its threads to stack-RANK
     (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
@@ -42,7 +42,7 @@ def _rank() -> str:
 
 def install() -> None:
     """Register the stack dump; called once per rank, before the process group exists. No beat
-    yet: loading and data preparation may take long, and the watch counts from the first step."""
+    yet: loading and data preparation may take long; the entry points beat once training begins."""
     global _stack_file
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder or _stack_file is not None:

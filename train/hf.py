@@ -88,6 +88,7 @@ class ContractCallback(TrainerCallback):
         self.step_begin = state.global_step
         self.tokens_begin = state.num_input_tokens_seen
         self.progress.start(state.global_step)
+        heartbeat.beat(state.global_step)  # loaded: from here on a rank that does not advance is a hang
         self.t_begin = time.time()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
