@@ -196,7 +196,7 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
             pass
     beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")
     if not gone and why != "preflight" and not (beats and any(Path(beats).glob("rank-*"))):
-        print("slurmgen: no rank had finished a training step (train.heartbeat): not retrying a failure"
+        print("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure"
               " that would most likely happen again", file=sys.stderr, flush=True)
         return STOP
     state["failures"].append({"why": why, "node": node})

@@ -82,7 +82,7 @@ def progress_line(state: str, progress: Optional[dict], restarts: str = "0", wid
 
 # Lines of the job log a watcher shows as they come: hang summaries, retries, excluded nodes.
 EVENT_PREFIXES = ("slurmgen: hang", "slurmgen:   ", "slurmgen: failure", "slurmgen: the last run",
-                  "slurmgen: no rank had finished")
+                  "slurmgen: no rank had begun")
 
 
 class LogEvents:

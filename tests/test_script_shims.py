@@ -129,7 +129,7 @@ def test_every_component_that_fails_on_its_own_is_named(render_args, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("slurmgen:")]
     assert lines == ["slurmgen: component 0 (2 node(s) x 1 GPU) failed with exit status 4 (nodes node[1-2])",
                      "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])",
-                     "slurmgen: no rank had finished a training step (train.heartbeat): not retrying a failure"
+                     "slurmgen: no rank had begun training (train.heartbeat): not retrying a failure"
                      " that would most likely happen again"]
 
 
