@@ -126,14 +126,14 @@ def _is_library(frame: Frame) -> bool:
 
 
 def where(frames: list[Frame]) -> str:
-    """Where a rank is: its innermost frame, and the innermost frame of its own code if that is
-    a library frame (`_engine_run_backward (torch/autograd/graph.py:829), called from ...`)."""
+    """Where a rank is: its innermost frame, and the next frame of its own code (not a library's)
+    that called it (`_engine_run_backward (torch/autograd/graph.py:829), called from _main (...)`)."""
     if not frames:
         return "no stack"
     inner = frames[0]
     text = f"{inner.func} ({short_path(inner.path)}:{inner.line})"
-    own = next((f for f in frames if not _is_library(f)), None)
-    if own is not None and own is not inner:
+    own = next((f for f in frames[1:] if not _is_library(f)), None)
+    if own is not None:
         text += f", called from {own.func} ({short_path(own.path)}:{own.line})"
     return text
 

@@ -117,8 +117,8 @@ def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path)
     log = job_log(tmp_path, job_id)
     second = reports(tmp_path, job_id)[1]
     summary = second.split("ranks:")[0]
-    assert re.search(r"rank 3 on node3 \(step 13\) is in batches \(train/data\.py:\d+\), called from "
-                     r"_main \(train/ddp_loop\.py:\d+\)", summary), second
+    assert re.search(r"rank 3 on node3 \(step 13\) is in hang_in_data_loader \(train/heartbeat\.py:\d+\), called from "
+                     r"batches \(train/data\.py:\d+\)", summary), second
     assert re.search(r"ranks 0-2,4-5 on node\[1-4\] \(step 13\) wait in ", summary), second
     assert "slurmgen: hang: no progress for" in log and "slurmgen:   rank 3 on node3" in log, log[-6000:]
     assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
