@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import REPO, render_and_submit
+from tests.e2e.conftest import REPO, JobRun, render_and_submit
 from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, progress_times, wait_progress,
                                              wait_with_nudges)
 
@@ -113,7 +113,7 @@ def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path)
     assert "suspect node: node3" in summary, first
     assert re.search(r'File ".*", line \d+ in ', rank_section(first, 3)), first
     # Run 1: rank 3 hangs in its data loader at step 14; the others wait in the gradient all_reduce.
-    job = wait_with_nudges(job_id, timeout=900)
+    job = JobRun(job_id, wait_with_nudges(job_id, timeout=900), tmp_path)
     log = job_log(tmp_path, job_id)
     second = reports(tmp_path, job_id)[1]
     summary = second.split("ranks:")[0]
@@ -135,7 +135,7 @@ def test_a_node_where_a_rank_crashes_twice_is_excluded(spare_node, assets, tmp_p
     job_id = render_and_submit(
         tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
         ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
-    job = wait_with_nudges(job_id, timeout=900)
+    job = JobRun(job_id, wait_with_nudges(job_id, timeout=900), tmp_path)
     log = job_log(tmp_path, job_id)
     assert log.count("on node3: crashing at step 8") == 2, log[-6000:]
     assert "failure 1 of at most 2 (crash on node3): requeueing" in log, log[-6000:]
@@ -154,7 +154,7 @@ def test_a_lost_node_is_excluded_and_the_job_finishes_on_the_spare(spare_node, a
     slurmd = int((STATE / "run" / "slurmd-node3.pid").read_text().split()[0])
     os.kill(slurmd, signal.SIGKILL)
     try:
-        job = wait_with_nudges(job_id, timeout=900)
+        job = JobRun(job_id, wait_with_nudges(job_id, timeout=900), tmp_path)
     finally:
         subprocess.run(["bash", str(CLUSTER), "node-restart", "node3"], capture_output=True, text=True)
         subprocess.run(["scontrol", "update", "nodename=node3", "state=resume"], capture_output=True)
@@ -176,7 +176,7 @@ def test_a_node_whose_software_differs_is_excluded_at_once(spare_node, assets, t
     wrapper.chmod(0o755)
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--python", str(wrapper)], ddp_args(assets, tmp_path, 6),
                                wait=False)
-    job = wait_with_nudges(job_id, timeout=600)
+    job = JobRun(job_id, wait_with_nudges(job_id, timeout=600), tmp_path)
     log = job_log(tmp_path, job_id)
     assert re.search(r"node3\s+trl\s+0\.0\.1", log), log[-4000:]
     assert f"slurmgen: failure 1 of at most 2 (preflight on node3): requeueing job {job_id} to resume from its" \

@@ -141,7 +141,6 @@ stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.0
 requeue_or_finish() {  # exit status
     local how="" step=""
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
-    rm -f "$FAILURES_FILE.running"
     if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
         trap '' USR2 TERM  # a requeue's TERM is no warning
         (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 1:2,2:2 "$WHY" "$SUSPECT" && exit 0
@@ -157,9 +156,9 @@ requeue_or_finish() {  # exit status
         echo "slurmgen: ${step:+checkpoint saved at step $step; }job $SLURM_JOB_ID preempted: Slurm requeues it"
         exec sleep 3600
     elif (( RESTARTS < MAX_RESTARTS )); then
-        echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"
         echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID (restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS)"
-        scontrol requeue "$SLURM_JOB_ID" && exit 0
+        # Failing: Slurm requeued it already (a node failed); the next run counts that.
+        scontrol requeue "$SLURM_JOB_ID" && { echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"; rm -f "$FAILURES_FILE.running"; exit 0; }
         echo "slurmgen: scontrol requeue failed" >&2
         exit 1
     else  # unfinished training must not look like success
