@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -182,6 +183,9 @@ def begin(path: Path, max_failures: int, layout) -> int:
 
 def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
     """The monitor stopped a failed run: count it, exclude what it points at, requeue or not."""
+    # Our own requeue TERMs every process of the job, this one too, before the ExcNodeList
+    # update that must follow it (seen: preflight's requeue lost its exclusion that way).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     state = load(path)
     Path(f"{path}.running").unlink(missing_ok=True)  # this run ends here, not lost
     job = os.environ.get("SLURM_JOB_ID", "")
