@@ -11,7 +11,9 @@ slurmgen must stay free of torch until a task actually trains.
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import logging
 import os
 import signal
 import socket
@@ -151,6 +153,18 @@ def _release_process_group() -> None:
         dist.destroy_process_group()
 
 
+def _leave_without_finalization() -> None:
+    """Registered once a task has succeeded, to run after submitit has written its result: even
+    after destroy_process_group, gloo's threads can still be releasing the last collective's
+    tensors when Python finalizes, and a thread that then needs the GIL aborts the process
+    (seen: a task that had logged "Job completed successfully", and srun failed the job). The
+    rendered path leaves the same way (train.program.exit_after)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _one_line_excepthook() -> None:
     previous = sys.excepthook  # torch may have put its own in place
 
@@ -196,6 +210,8 @@ class TrainTask:
         result = self._run(stop)
         stop.finish(result)
         _release_process_group()
+        if environ.get(EXECUTOR_ENV):  # a submitit job, not a call in-process
+            atexit.register(_leave_without_finalization)
         return result
 
     def _stop_file(self, environ) -> Path:
