@@ -102,21 +102,28 @@ def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optiona
     return 0
 
 
+def submit_and_say(spec, folder, local: bool):
+    """Submit (a refusal: one line, exit 1) and say which job it is and where its files go."""
+    from slurmgen.submission import SubmitError, submit_job
+
+    try:
+        sub = submit_job(spec, folder, local=local)
+    except SubmitError as err:
+        fail(str(err), JOB_FAILED)
+    click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
+    click.echo(f"submitit folder: {sub.folder}")
+    return sub
+
+
 def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
     """Submit, follow, and after a crash mid-training submit again (up to --max-failures), as
     the rendered script requeues: the entry points resume from the newest checkpoint in
     --output_dir, and a node blamed for two failures (or marked down) is excluded."""
     from slurmgen.retry import next_exclusion
-    from slurmgen.submission import SubmitError, submit_job
 
     history: list[dict] = []
     while True:
-        try:
-            sub = submit_job(spec, folder, local=local)
-        except SubmitError as err:
-            fail(str(err), JOB_FAILED)
-        click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
-        click.echo(f"submitit folder: {sub.folder}")
+        sub = submit_and_say(spec, folder, local)
         failed: list = []
         code = follow(sub, ProgressPrinter(), interval, failed)
         if not failed or local:
@@ -201,7 +208,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     model are read from. Slurm picks how tasks spread over nodes from free GPUs: pin --nodelist
     for an exact split.
     """
-    from slurmgen.submission import SubmitError, check_submittable, submit_job
+    from slurmgen.submission import check_submittable
 
     if attach_to is not None:
         sys.exit(follow_earlier(attach_to, folder, params, detach or local, interval))
@@ -219,12 +226,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
             fail(str(err), JOB_FAILED)
     if not detach:
         sys.exit(submit_and_follow(spec, folder, local, interval))
-    try:
-        sub = submit_job(spec, folder, local=local)
-    except SubmitError as err:
-        fail(str(err), JOB_FAILED)
-    click.echo(f"submitted job {sub.job_id}: {describe_layout(spec, local)}")
-    click.echo(f"submitit folder: {sub.folder}")
+    submit_and_say(spec, folder, local)
 
 
 SUBMIT_ONLY = ("folder", "detach", "local", "interval")

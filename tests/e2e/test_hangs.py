@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_helpers
 from tests.e2e.conftest import REPO, JobRun, render_and_submit
 from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, progress_times, wait_progress,
                                              wait_with_nudges)
