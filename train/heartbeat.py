@@ -7,8 +7,8 @@
     (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
     and it needs no ptrace, which many sites forbid);
   * test hooks: SLURMGEN_TEST_HANG_IN_DATA="RANK:STEP[:RUN]" makes one rank hang while fetching
-    a batch in the job's run RUN (SLURM_RESTART_COUNT, 0 by default), the way a stuck data loader
-    does (hang_in_data_loader);
+    the batch of step STEP ("first": its first batch) in the job's run RUN (SLURM_RESTART_COUNT,
+    0 by default), the way a stuck data loader does (hang_in_data_loader);
     SLURMGEN_TEST_CRASH_ON="HOST:STEP" makes the first rank on that host exit at that step, in
     every run (a sick node).
 
@@ -29,6 +29,7 @@ HANG_IN_DATA_ENV = "SLURMGEN_TEST_HANG_IN_DATA"
 CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
 
 _stack_file = None  # kept open: faulthandler writes to its file descriptor
+_first_fetch = True  # for the test hook's STEP "first"
 
 
 def _rank() -> str:
@@ -82,7 +83,10 @@ def beat(step: int) -> None:
 
 def hang_in_data_loader(step: int) -> None:
     """The test hook: the named rank sleeps here for good at the named step of the named run."""
+    global _first_fetch
     rank, at, run = (os.environ.get(HANG_IN_DATA_ENV, "").split(":") + ["", "", "0"])[:3]
-    if rank == _rank() and at == str(step) and os.environ.get("SLURM_RESTART_COUNT", "0") == run:
+    first, _first_fetch = _first_fetch, False
+    if rank == _rank() and at in (str(step), "first" if first else "") \
+            and os.environ.get("SLURM_RESTART_COUNT", "0") == run:
         while True:
             time.sleep(3600)

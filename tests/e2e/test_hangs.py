@@ -1,8 +1,8 @@
 """Hangs and bad nodes (issue 12), end to end on the local cluster with a spare node: GPUs
 1,1,2,2,2, so a 1,1,2,2 job fits again once one 2-GPU node is left out.
 
-* two hangs in one job: rank 3 stopped with SIGSTOP, then (in the retried run) rank 3 stuck in
-  its data loader while the others wait for it. Each is named with its node and stack in
+* two hangs in one job: rank 3 stopped with SIGSTOP, then (in the retried run, at its first
+  step) rank 3 stuck in its data loader while the others wait for it. Each is named with its node and stack in
   hang-report-JOB.txt within --hang-timeout + 60 s; the second hang on node3 gets node3 excluded
   and the third run finishes every step on the spare node;
 * a rank that crashes on node3 in every run: retried once, then node3 is excluded and the job
@@ -96,7 +96,7 @@ def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path)
     steps = 40
     job_id = render_and_submit(
         tmp_path, [*UNEVEN, "--hang-timeout", str(HANG_TIMEOUT), "--collective-timeout", "900",
-                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4", "--env", "SLURMGEN_TEST_HANG_IN_DATA=3:14:1"],
+                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4", "--env", "SLURMGEN_TEST_HANG_IN_DATA=3:first:1"],
         ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
     # Run 0: rank 3 (node3) stopped once checkpoint-10 exists.
     wait_progress(job_id, tmp_path / "run", 12)
@@ -111,14 +111,15 @@ def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path)
     assert re.search(r"rank 3 on node3 \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", summary), first
     assert "suspect node: node3" in summary, first
     assert re.search(r'File ".*", line \d+ in ', rank_section(first, 3)), first
-    # Run 1: rank 3 hangs in its data loader at step 14; the others wait in the gradient all_reduce.
+    # Run 1: rank 3 hangs in its data loader at its first step; the others wait for it.
     job = JobRun(job_id, wait_with_nudges(job_id, timeout=900), tmp_path)
     log = job_log(tmp_path, job_id)
+    resumed = re.findall(r"resuming from \S+ at step (\d+)", log)[0]
     second = reports(tmp_path, job_id)[1]
     summary = second.split("ranks:")[0]
-    assert re.search(r"rank 3 on node3 \(step 13\) is in hang_in_data_loader \(train/heartbeat\.py:\d+\), called from "
-                     r"batches \(train/data\.py:\d+\)", summary), second
-    assert re.search(r"ranks 0-2,4-5 on node\[1-4\] \(step 13\) wait in ", summary), second
+    assert re.search(rf"rank 3 on node3 \(step {resumed}\) is in hang_in_data_loader \(train/heartbeat\.py:\d+\),"
+                     r" called from batches \(train/data\.py:\d+\)", summary), second
+    assert re.search(rf"ranks 0-2,4-5 on node\[1-4\] \(step {resumed}\) wait in ", summary), second
     assert "slurmgen: hang: no progress for" in log and "slurmgen:   rank 3 on node3" in log, log[-6000:]
     assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
     assert "failure 2 of at most 2 (hang on node3): requeueing" in log and \
