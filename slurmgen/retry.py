@@ -34,6 +34,7 @@ _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
 # Failures that are the node's, not the training's: its node is excluded at once.
 NODE_LEVEL = ("node", "preflight")
 STOP = 1  # exit status: end the job (the script then exits with the failure's own status)
+TOO_MANY = 3  # begin's: end the job (not 1, which is also a python that cannot import slurmgen)
 
 
 def load(path: Path) -> dict:
@@ -177,7 +178,7 @@ def begin(path: Path, max_failures: int, layout) -> int:
     if len(state["failures"]) > max_failures:
         print(f"slurmgen: {len(state['failures'])} failures, more than --max-failures {max_failures}: "
               "not training again", file=sys.stderr, flush=True)
-        return STOP
+        return TOO_MANY
     return 0
 
 

@@ -71,7 +71,8 @@ RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 6, master $MASTER_ADDR:$MASTER_PORT"
 # Failures (hangs, crashes, lost nodes) are counted apart; ranks beat here per step.
 FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
-python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 1:2,2:2 || exit 1
+python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 1:2,2:2
+(( $? != 3 )) || exit 1  # 3: too many failures
 export SLURMGEN_HEARTBEAT_DIR="$LOGS/.heartbeat-$SLURM_JOB_ID"
 rm -rf "$SLURMGEN_HEARTBEAT_DIR"
 
@@ -141,7 +142,7 @@ stop_components() {  # TERM to the tasks (to srun it cancels a het job from 23.0
 requeue_or_finish() {  # exit status
     local how="" step=""
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
-    if (( ! STOP_REQUESTED )); then  # a failure: retried from the newest checkpoint, or the end
+    if (( ! STOP_REQUESTED )); then  # a failure: a retry, or the end
         trap '' USR2 TERM  # a requeue's TERM is no warning
         (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 1:2,2:2 "$WHY" "$SUSPECT" && exit 0
         exit "$1"
@@ -157,7 +158,7 @@ requeue_or_finish() {  # exit status
         exec sleep 3600
     elif (( RESTARTS < MAX_RESTARTS )); then
         echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID (restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS)"
-        # Failing: Slurm requeued it already (a node failed); the next run counts that.
+        # Fails if Slurm requeued it (a node failed): the next run counts that.
         scontrol requeue "$SLURM_JOB_ID" && { echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"; rm -f "$FAILURES_FILE.running"; exit 0; }
         echo "slurmgen: scontrol requeue failed" >&2
         exit 1
@@ -230,7 +231,7 @@ SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLU
     --rdzv-conf=timeout=300 --no-python '--tee=3' --redirects 3 \
     "${TARGET[@]}"
 
-# A rank idle for 300 s: every rank's stack to $LOGS/hang-report-JOB.txt, then a retry.
+# A rank idle 300 s: all stacks to $LOGS/hang-report-JOB.txt, then a retry.
 python3 -m slurmgen.hangs 300 6 0:2,1:2 &
 HANG_WATCH=$!
 watch_components
