@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -12,9 +13,12 @@ from slurmgen.spec import (DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_
 
 # (param decls, click keyword arguments); the order here is the order in --help.
 JOB_OPTIONS = [
-    (("--nodes", "-N"), dict(type=int, default=1, show_default=True, help="Number of nodes.")),
-    (("--gpus", "-G"), dict(default="1", show_default=True, metavar="G[,G...]",
-                            help="GPUs per node: one count for all nodes, or one per node (1,1,2,2).")),
+    (("--nodes", "-N"), dict(type=int, default=None, help="Number of nodes  [default: 1; with --gpus auto: as few as fit].")),
+    (("--gpus", "-G"), dict(default="1", show_default=True, metavar="G[,G...]|auto",
+                            help="GPUs per node: one count for all nodes, or one per node (1,1,2,2); auto: from the GPUs free now (with --world-size or --max-gpus).")),
+    (("--world-size",), dict(type=int, default=None, help="With --gpus auto: use exactly this many GPUs.")),
+    (("--max-gpus",), dict(type=int, default=None, help="With --gpus auto: as many GPUs as are free now, up to this.")),
+    (("--min-gpus",), dict(type=int, default=None, help="With --gpus auto and --max-gpus: at least this many, or refuse.")),
     (("--job-name", "-J"), dict(default="slurmgen", show_default=True, help="Slurm job name.")),
     (("--partition", "-p"), dict(default=None, help="Slurm partition.")),
     (("--account", "-A"), dict(default=None, help="Slurm account to charge.")),
@@ -154,25 +158,81 @@ def _read_setup_file(path: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _refuse_auto_only(params: dict) -> None:
+    given = next((o for o in ("world_size", "max_gpus", "min_gpus") if params.get(o) is not None), None)
+    if given:
+        raise SpecError(f"--{given.replace('_', '-')} {params[given]}: only with --gpus auto"
+                        f" (--gpus {params['gpus']!r} fixes the layout)")
+
+
+def _auto_layout(params: dict) -> tuple[tuple[int, ...], str, str]:
+    """--gpus auto: (GPUs per node, --nodelist, a line for the script's header), chosen from
+    the GPUs free now; the choice and the nodes skipped go to stderr."""
+    import hostlist
+
+    from slurmgen import auto_layout
+    from slurmgen.cluster import ClusterError
+
+    world, most, least = params.get("world_size"), params.get("max_gpus"), params.get("min_gpus")
+    if (world is None) == (most is None):
+        raise SpecError("--gpus auto: give --world-size W (exactly W GPUs) or --max-gpus M"
+                        " (as many as are free, up to M), not both")
+    for option, value in (("--world-size", world), ("--max-gpus", most), ("--min-gpus", least),
+                          ("--nodes", params.get("nodes"))):
+        if value is not None and value < 1:
+            raise SpecError(f"{option} {value}: must be a positive integer")
+    if least is not None and most is None:
+        raise SpecError(f"--min-gpus {least}: goes with --max-gpus")
+    if params.get("nodelist"):
+        raise SpecError("--nodelist: --gpus auto chooses the nodes itself; use --exclude to keep it off some")
+    mem_per_gpu = params.get("mem_per_gpu")
+    request = auto_layout.Request(
+        world_size=world, max_gpus=most, min_gpus=least or 1, nodes=params.get("nodes"),
+        partition=params.get("partition"), constraint=params.get("constraint"),
+        exclude=tuple(hostlist.expand_hostlist(params["exclude"])) if params.get("exclude") else (),
+        cpus_per_gpu=params.get("cpus_per_gpu") or 4,
+        mem_per_gpu_mb=auto_layout.size_mb(mem_per_gpu) if mem_per_gpu else 0)
+    try:
+        nodes = auto_layout.query_nodes()
+        if request.partition is None:
+            request = dataclasses.replace(request, partition=auto_layout.default_partition())
+        choice = auto_layout.choose(nodes, request)
+    except ClusterError as err:
+        raise SpecError(f"--gpus auto: cannot ask the cluster: {err}") from None
+    except auto_layout.NoFit as err:
+        raise SpecError(str(err)) from None
+    click.echo(auto_layout.explain(choice), err=True)
+    pinned = hostlist.collect_hostlist(list(choice.nodes))
+    origin = (f"Chosen from the GPUs free at render time: --gpus {','.join(map(str, choice.counts))}"
+              f" --nodelist {','.join(choice.nodes)}")
+    return choice.counts, ",".join(choice.nodes), origin if pinned else ""
+
+
 def spec_from_options(params: dict) -> JobSpec:
     """click parameters -> validated JobSpec. Raises SpecError with one user-facing line."""
-    gpus = parse_gpus(params["gpus"], params["nodes"])
+    nodelist_text, origin = params.get("nodelist"), ""
+    if params["gpus"].strip().lower() == "auto":
+        gpus, nodelist_text, origin = _auto_layout(params)
+    else:
+        _refuse_auto_only(params)
+        gpus = parse_gpus(params["gpus"], 1 if params["nodes"] is None else params["nodes"])
     setup = list(params["setup"])
     if params.get("setup_file"):
         setup += _read_setup_file(params["setup_file"])
     nodelist = ()
-    if params.get("nodelist"):
+    if nodelist_text:
         import hostlist  # python-hostlist; expands node[1-4]
 
         try:
-            nodelist = tuple(hostlist.expand_hostlist(params["nodelist"]))
+            nodelist = tuple(hostlist.expand_hostlist(nodelist_text))
         except hostlist.BadHostlist as err:
-            raise SpecError(f"--nodelist {params['nodelist']!r}: {err}") from None
+            raise SpecError(f"--nodelist {nodelist_text!r}: {err}") from None
     script = params.get("script")
     if script is not None and not os.path.isfile(script):
         raise SpecError(f"--script {script!r}: no such file")
     spec = JobSpec(
         gpus=gpus,
+        layout_origin=origin,
         job_name=params["job_name"],
         partition=params["partition"],
         account=params["account"],

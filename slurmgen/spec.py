@@ -233,6 +233,7 @@ class JobSpec:
     exec: Optional[str] = None             # a program (not Python) run per rank
     master_addr_ip: bool = False
     slurm_version: Optional[str] = None    # X.Y; None: the installed sbatch's
+    layout_origin: str = ""                # --gpus auto: how the layout was chosen (header)
 
     @property
     def nodes(self) -> int:

@@ -106,6 +106,10 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
     """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1)."""
     deadline = time.monotonic() + timeout
     last_nudge = 0.0
+    # When this test first saw the job pending after each requeue: for an instant after the
+    # requeue, SubmitTime can still be the old one (seen: a nudge 3 ms after the requeue, "Job
+    # credential revoked", FAILED), so the test's own clock must agree too.
+    pending_since: dict[str, float] = {}
     while True:
         try:
             info = slurm_helpers.job_info(job_id)
@@ -115,10 +119,13 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
             if slurm_helpers.is_finished(info):
                 return slurm_helpers.wait_job(job_id, timeout=10)
             pending = any(c.get("JobState") == "PENDING" for c in info["components"])
-            if (pending and int(info.get("Restarts", "0") or 0) >= 1 and time.monotonic() - last_nudge > 2
-                    and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER):
-                slurm_helpers.nudge(job_id)
-                last_nudge = time.monotonic()
+            restarts = info.get("Restarts", "0") or "0"
+            if pending and int(restarts) >= 1:
+                since = pending_since.setdefault(restarts, time.monotonic())
+                if (time.monotonic() - since > NUDGE_AFTER and time.monotonic() - last_nudge > 2
+                        and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER):
+                    slurm_helpers.nudge(job_id)
+                    last_nudge = time.monotonic()
         if time.monotonic() > deadline:
             slurm_helpers.cancel(job_id)
             raise TimeoutError(f"job {job_id} not finished after {timeout:g} s:\n"

@@ -1,0 +1,144 @@
+"""--gpus auto without a cluster: the choice over recorded and random cluster states."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmgen import auto_layout as al
+
+RECORDED = (Path(__file__).resolve().parents[1] / "bench" / "data" / "scontrol_node_line.txt").read_text()
+
+
+def node(name, gpus, used=0, state="IDLE", cpus=16, cpus_used=0, mem=32000, mem_used=0, partitions=("debug",)):
+    return al.NodeState(name, partitions, gpus, used, cpus, cpus_used, mem, mem_used, state)
+
+
+ONE_ONE_TWO_TWO = [node("node1", 1), node("node2", 1), node("node3", 2), node("node4", 2)]
+
+
+def request(**kw):
+    return al.Request(partition="debug", cpus_per_gpu=2, **kw)
+
+
+def test_a_recorded_scontrol_line_parses():
+    (n,) = al.parse_nodes(RECORDED)
+    assert n.name == "node3" and n.gpus == 2 and n.partitions == ("debug", "urgent")
+    assert n.cpus == 16 and n.mem_mb == 32000 and n.state
+
+
+def test_an_idle_1_1_2_2_cluster_gives_1_1_2_2():
+    choice = al.choose(ONE_ONE_TWO_TWO, request(world_size=6))
+    assert (choice.counts, choice.nodes) == ((1, 1, 2, 2), ("node1", "node2", "node3", "node4"))
+
+
+def test_a_gpu_in_use_is_left_out():
+    nodes = [node("node1", 1), node("node2", 1), node("node3", 2, used=1, state="MIXED"), node("node4", 2)]
+    choice = al.choose(nodes, request(world_size=5))
+    assert dict(zip(choice.nodes, choice.counts)) == {"node1": 1, "node2": 1, "node3": 1, "node4": 2}
+    assert ("node3", "1 of 2 GPUs in use: 1 usable") in choice.skipped
+
+
+def test_a_drained_node_is_skipped_and_named():
+    nodes = [node("node1", 1), node("node2", 1, state="IDLE+DRAIN"), node("node3", 2), node("node4", 2)]
+    choice = al.choose(nodes, request(world_size=5))
+    assert (choice.counts, choice.nodes) == ((1, 2, 2), ("node1", "node3", "node4"))
+    assert choice.skipped == (("node2", "idle+drain"),)
+    assert al.explain(choice).splitlines() == [
+        "--gpus auto: 1,2,2 on node[1,3-4] (world size 5, from the GPUs free now)", "  node2: idle+drain"]
+
+
+def test_too_many_gpus_says_what_is_missing_and_the_closest_fit():
+    with pytest.raises(al.NoFit) as err:
+        al.choose(ONE_ONE_TWO_TWO, request(world_size=7))
+    assert str(err.value) == ("--world-size 7: 6 GPU(s) are free now (node1: 1, node2: 1, node3: 2, node4: 2);"
+                              " the closest layout that fits now: --world-size 6 (1,1,2,2 on node1,node2,node3,node4)")
+
+
+def test_cpus_memory_constraint_and_partition_limit_the_offer():
+    nodes = [node("a1", 4, cpus=16, cpus_used=12), node("a2", 4, mem=32000, mem_used=24000),
+             node("a3", 4, partitions=("other",)), node("a4", 4)]
+    req = al.Request(partition="debug", cpus_per_gpu=2, mem_per_gpu_mb=4000, max_gpus=100)
+    assert [al.free_gpus(n, req)[0] for n in nodes] == [2, 2, 0, 4]
+    assert al.choose(nodes, req).world_size == 8
+    assert al.free_gpus(nodes[3], al.Request(constraint="a100", max_gpus=1)) == (0, "lacks feature a100")
+
+
+def test_max_gpus_takes_what_is_free_and_min_gpus_refuses():
+    assert al.choose(ONE_ONE_TWO_TWO, request(max_gpus=4)).counts == (2, 2)
+    with pytest.raises(al.NoFit, match=r"--min-gpus 8: only 6 GPU\(s\) are free now"):
+        al.choose(ONE_ONE_TWO_TWO, request(max_gpus=16, min_gpus=8))
+
+
+clusters = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.sampled_from(["IDLE", "MIXED", "DOWN", "DRAIN"])),
+                    min_size=1, max_size=24)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters, st.integers(1, 40), st.one_of(st.none(), st.integers(1, 6)))
+def test_every_choice_fits_the_free_gpus_and_uses_exactly_the_request(states, world, nodes):
+    cluster = [node(f"n{i}", g, min(u, g), s) for i, (g, u, s) in enumerate(states)]
+    req = request(world_size=world, nodes=nodes)
+    free = {n.name: al.free_gpus(n, req)[0] for n in cluster}
+    try:
+        choice = al.choose(cluster, req)
+    except al.NoFit:
+        # Refused only when no set of that many nodes holds the GPUs.
+        best = sorted(free.values(), reverse=True)
+        k_options = [nodes] if nodes else range(1, len(best) + 1)
+        assert all(sum(best[:k]) < world or k > world or k > len([f for f in best if f > 0])
+                   for k in k_options)
+        return
+    assert choice.world_size == world
+    assert len(set(choice.nodes)) == len(choice.nodes)
+    assert all(0 < c <= free[n] for n, c in zip(choice.nodes, choice.counts))
+    if nodes:
+        assert len(choice.nodes) == nodes
+    else:  # fewest nodes: no smaller set of nodes has enough free GPUs
+        best = sorted(free.values(), reverse=True)
+        assert sum(best[:len(choice.nodes) - 1]) < world
+
+
+def test_render_pins_the_chosen_layout_and_records_how(monkeypatch, tmp_path):
+    """`slurmgen render --gpus auto --world-size 5` with node2 drained: the script asks for the
+    chosen nodes and says in its header how they were chosen; the choice goes to stderr."""
+    from click.testing import CliRunner
+
+    from slurmgen.cli import cli
+
+    nodes = [node("node1", 1), node("node2", 1, state="IDLE+DRAIN"), node("node3", 2), node("node4", 2)]
+    monkeypatch.setattr(al, "query_nodes", lambda: nodes)
+    monkeypatch.setattr(al, "default_partition", lambda: "debug")
+    out = tmp_path / "job.sh"
+    result = CliRunner().invoke(cli, ["render", "--gpus", "auto", "--world-size", "5", "--log-dir",
+                                      str(tmp_path / "logs"), "-o", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "--gpus auto: 1,2,2 on node[1,3-4] (world size 5, from the GPUs free now)\n  node2: idle+drain" in result.stderr
+    text = out.read_text()
+    assert "# Layout: 3 node(s), GPUs per node 1,2(x2); world size 5" in text
+    assert "# Chosen from the GPUs free at render time: --gpus 1,2,2 --nodelist node1,node3,node4" in text
+    assert "#SBATCH --nodelist=node1" in text and "#SBATCH --nodelist=node[3-4]" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "auto"], "--gpus auto: give --world-size W (exactly W GPUs) or --max-gpus M (as many as are free,"
+                         " up to M), not both"),
+    (["--gpus", "auto", "--world-size", "2", "--max-gpus", "4"], "--gpus auto: give --world-size W (exactly W GPUs)"
+                                                                " or --max-gpus M (as many as are free, up to M), not both"),
+    (["--gpus", "2", "--world-size", "4"], "--world-size 4: only with --gpus auto (--gpus '2' fixes the layout)"),
+    (["--gpus", "auto", "--world-size", "0"], "--world-size 0: must be a positive integer"),
+    (["--gpus", "auto", "--world-size", "2", "--min-gpus", "1"], "--min-gpus 1: goes with --max-gpus"),
+    (["--gpus", "auto", "--world-size", "2", "--nodelist", "node1"],
+     "--nodelist: --gpus auto chooses the nodes itself; use --exclude to keep it off some"),
+])
+def test_auto_bad_input_is_one_line(args, message, tmp_path):
+    from click.testing import CliRunner
+
+    from slurmgen.cli import cli
+
+    result = CliRunner().invoke(cli, ["render", "-o", str(tmp_path / "x.sh"), *args])
+    assert result.exit_code == 2
+    assert result.stderr == f"slurmgen: error: {message}\n"
+    assert not (tmp_path / "x.sh").exists()
