@@ -214,11 +214,13 @@ def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
     return lines, (suspects.pop() if len(suspects) == 1 and rest else None)
 
 
-def ask_for_stacks(folder: Path, groups: list[tuple[str, int]]) -> None:
-    """One `srun --overlap` per component into the running job; each signals its node's ranks."""
+def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[str] = None) -> None:
+    """One `srun --overlap` per component into the running job (from outside it: ``job``); each
+    signals its node's ranks."""
     procs = []
     for group, nodes in groups:
         het = [f"--het-group={group}"] if group != "-" else []
+        het += [f"--jobid={job}"] if job else []
         # --mem=0: where memory is a consumable, the training step holds all of it (checked
         # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
@@ -279,31 +281,42 @@ def nccl_note(report: Path, job: str) -> str:
             " watchdog times out (--collective-timeout); read with python -m torch.distributed.flight_recorder.fr_trace\n")
 
 
+def check(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]],
+          job: str, since: float = 0.0, outside: bool = False,
+          say=print) -> Optional[tuple[list[str], Optional[str]]]:
+    """One look at the heartbeats (those older than ``since``, a previous run's, do not count).
+    On a hang: the stacks, the report appended, the summary printed; returns (summary lines,
+    suspect node). None while every rank advances."""
+    beats = {r: b for r, b in read_beats(folder).items() if b.time >= since}
+    now = time.time()
+    stuck = stuck_ranks(beats, world, now, timeout)
+    if not stuck:
+        return None
+    idle = now - min((beats[r].time for r in stuck if r in beats), default=now - timeout)
+    ask_for_stacks(folder, groups, job if outside else None)
+    views, texts = collect(folder, beats, world)
+    lines, suspect = summarize(views)
+    with open(report, "a") as fh:
+        fh.write(report_text(job, idle, timeout, views, texts, lines, suspect) + nccl_note(report, job))
+    say(f"slurmgen: hang: no progress for {idle:.0f} s (--hang-timeout {timeout:g}); report: {report}")
+    for line in lines:
+        say(f"slurmgen:   {line}")
+    sys.stdout.flush()
+    return lines, suspect
+
+
 def watch(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]]) -> int:
+    """The batch script's watch: until a hang (then the hang file for the monitor) or its end."""
     parent = os.getppid()
+    job = os.environ.get("SLURM_JOB_ID", "?")
     while True:
         time.sleep(min(POLL_SECONDS, timeout / 4))
         if os.getppid() != parent:  # the batch script is gone
             return 0
-        beats = read_beats(folder)
-        now = time.time()
-        stuck = stuck_ranks(beats, world, now, timeout)
-        if not stuck:
-            continue
-        idle = now - min(b.time for b in beats.values() if b.rank in stuck) if any(
-            r in beats for r in stuck) else timeout
-        ask_for_stacks(folder, groups)
-        views, texts = collect(folder, beats, world)
-        lines, suspect = summarize(views)
-        job = os.environ.get("SLURM_JOB_ID", "?")
-        with open(report, "a") as fh:
-            fh.write(report_text(job, idle, timeout, views, texts, lines, suspect) + nccl_note(report, job))
-        print(f"slurmgen: hang: no progress for {idle:.0f} s (--hang-timeout {timeout:g}); report: {report}")
-        for line in lines:
-            print(f"slurmgen:   {line}")
-        sys.stdout.flush()
-        (folder / HANG_FILE).write_text(f"{suspect or ''}\n")
-        return 0
+        found = check(folder, timeout, world, report, groups, job)
+        if found is not None:
+            (folder / HANG_FILE).write_text(f"{found[1] or ''}\n")
+            return 0
 
 
 def parse_groups(text: str) -> list[tuple[str, int]]:

@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +90,6 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.cpus_per_node is not None:
         raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
                         " task per GPU; use --cpus-per-gpu")
-    if spec.hang_timeout not in (0, JobSpec.hang_timeout):
-        raise SpecError(f"--hang-timeout {spec.hang_timeout}: python -m slurmgen.submit has no hang watch"
-                        " (scripts from slurmgen render do); it retries crashes up to --max-failures")
     if spec.log_name != DEFAULT_LOG_NAME:
         raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
                         " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
@@ -415,9 +413,10 @@ class Submission:
         return True
 
     def wait(self, progress: Optional[Callable[[Status], None]] = None, interval: float = 1.0,
-             timeout: Optional[float] = None) -> str:
-        """Poll until the job ends; call progress(status) whenever it changes. Returns the state
-        (or "WAIT_TIMEOUT" after `timeout` seconds, the job still running)."""
+             timeout: Optional[float] = None, poll: Optional[Callable[[Status], None]] = None) -> str:
+        """Poll until the job ends; call progress(status) whenever it changes, and poll(status)
+        at every poll (the hang watch). Returns the state (or "WAIT_TIMEOUT" after `timeout`
+        seconds, the job still running)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         previous = None
         while True:
@@ -427,6 +426,8 @@ class Submission:
             if progress is not None and status != previous:
                 progress(status)
                 previous = status
+            if poll is not None and status.state == "RUNNING":
+                poll(status)
             if status.state in watch.TERMINAL:
                 return status.state
             if deadline is not None and time.monotonic() > deadline:
@@ -457,6 +458,9 @@ class Submission:
 
         return None if self.local else crashed_node(tail(self._paths(0).stderr, 400)) or None
 
+    def hang_watch(self, timeout: float, nodes: int, printer=None) -> "HangWatch":
+        return HangWatch(self, timeout, nodes, printer)
+
     def metrics_file(self) -> Optional[Path]:
         if self.output_dir is None:
             return None
@@ -481,3 +485,42 @@ class Submission:
             self._job.cancel()
         else:
             subprocess.run(["scancel", self.job_id], check=False, capture_output=True)
+
+
+class HangWatch:
+    """The hang watch of a submitted job, run by the process that follows it (slurmgen.hangs):
+    the ranks beat into the submitit folder; when one has not advanced for the timeout, the
+    stacks are taken through `srun --overlap --jobid`, the report goes to
+    FOLDER/hang-report-JOBID.txt, and the job is cancelled, to be retried as a failure."""
+
+    def __init__(self, sub: "Submission", timeout: float, nodes: int, printer=None):
+        self.sub, self.timeout, self.nodes, self.printer = sub, timeout, nodes, printer
+        self.hung = False
+        self.suspect: Optional[str] = None
+        self.since = 0.0
+        self.restarts = None
+        self.next_look = 0.0
+
+    def __call__(self, status: Status) -> None:
+        from slurmgen import hangs
+        from slurmgen.task import heartbeat_dir
+
+        if self.hung:
+            return
+        if status.restarts != self.restarts:  # a new run: the last one's beats do not count
+            self.restarts, self.since = status.restarts, time.time()
+        if time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + min(hangs.POLL_SECONDS, self.timeout / 4)
+        folder = Path(heartbeat_dir(self.sub.folder, self.sub.job_id))
+        report = self.sub.folder / f"hang-report-{self.sub.job_id}.txt"
+        found = hangs.check(folder, self.timeout, self.sub.world_size, report, [("-", self.nodes)],
+                            self.sub.job_id, self.since, outside=True, say=self._say)
+        if found is not None:
+            self.hung, self.suspect = True, found[1]
+            self.sub.cancel()
+
+    def _say(self, line: str) -> None:
+        if self.printer is not None:
+            self.printer.end()  # a progress line drawn in place on a terminal
+        print(line, file=sys.stderr, flush=True)

@@ -80,13 +80,14 @@ def report_failure(err) -> None:
         click.echo(failure.tail or "(empty)", err=True)
 
 
-def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optional[list] = None) -> int:
-    """Wait for the job; on Ctrl-C ask whether to cancel it. Returns the exit status; a failure
-    (JobFailed) is appended to ``failed`` where given."""
+def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optional[list] = None,
+           watch=None) -> int:
+    """Wait for the job (``watch``: the hang watch, at every poll); on Ctrl-C ask whether to
+    cancel it. Returns the exit status; a failure (JobFailed) is appended to ``failed``."""
     from slurmgen.submission import JobFailed
 
     try:
-        sub.wait(progress=printer, interval=interval)
+        sub.wait(progress=printer, interval=interval, poll=watch)
     except KeyboardInterrupt:
         printer.end()
         return interrupted(sub)
@@ -116,34 +117,40 @@ def submit_and_say(spec, folder, local: bool):
 
 
 def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
-    """Submit, follow, and after a crash mid-training submit again (up to --max-failures), as
-    the rendered script requeues: the entry points resume from the newest checkpoint in
-    --output_dir, and a node blamed for two failures (or marked down) is excluded."""
+    """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit
+    again (up to --max-failures), as the rendered script requeues: the entry points resume from
+    the newest checkpoint in --output_dir, and a node blamed for two failures is excluded."""
     from slurmgen.retry import next_exclusion
 
     history: list[dict] = []
     while True:
         sub = submit_and_say(spec, folder, local)
         failed: list = []
-        code = follow(sub, ProgressPrinter(), interval, failed)
+        printer = ProgressPrinter()
+        watch = sub.hang_watch(spec.hang_timeout, spec.nodes, printer) if spec.hang_timeout and not local else None
+        code = follow(sub, printer, interval, failed, watch)
         if not failed or local:
             return code
+        why = "hang" if watch is not None and watch.hung else "crash"
         progress = sub.status().progress
-        if not progress or float(progress.get("time", 0)) < sub.submitted_at:
+        if why == "crash" and (not progress or float(progress.get("time", 0)) < sub.submitted_at):
             return code  # failed before a training step: a retry would fail the same way
-        host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
-        history.append({"why": "crash", "node": host or ""})
+        if why == "hang":
+            host = watch.suspect
+        else:
+            host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
+        history.append({"why": why, "node": host or ""})
         if len(history) > spec.max_failures:
-            click.echo(f"slurmgen: failure {len(history)}: no retry left (--max-failures {spec.max_failures})",
+            click.echo(f"slurmgen: failure {len(history)} ({why}): no retry left (--max-failures {spec.max_failures})",
                        err=True)
             return code
         exclude, new, fits = next_exclusion(history, spec.exclude, spec.gpus, spec.partition)
         where = f" on {host}" if host else ""
         if not fits:
-            click.echo(f"slurmgen: failure {len(history)} (crash{where}); without {exclude} the partition "
+            click.echo(f"slurmgen: failure {len(history)} ({why}{where}); without {exclude} the partition "
                        "cannot hold the layout any more: not retrying", err=True)
             return code
-        click.echo(f"slurmgen: failure {len(history)} of at most {spec.max_failures} (crash{where}): submitting "
+        click.echo(f"slurmgen: failure {len(history)} of at most {spec.max_failures} ({why}{where}): submitting "
                    "again to resume from the newest checkpoint"
                    + (f"; excluding {', '.join(new)} (2nd failure there)" if new else ""))
         spec = dataclasses.replace(spec, exclude=exclude)

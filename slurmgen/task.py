@@ -70,6 +70,16 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
     else:  # a requeued job keeps its id, hence its port
         env["MASTER_PORT"] = str(master_port or job_port(job_id_of(env), port_range))
         node_gpus_visible(env)
+        if env.get(FOLDER_ENV):  # where `python -m slurmgen.submit` watches for hangs
+            env.setdefault(HEARTBEAT_DIR_ENV, heartbeat_dir(env[FOLDER_ENV], job_id_of(env)))
+
+
+HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"  # train.heartbeat's
+
+
+def heartbeat_dir(folder, job_id: str) -> str:
+    """Where a submitted job's ranks beat: its submitit folder (shared, like the logs)."""
+    return os.path.join(str(folder), f".heartbeat-{job_id}")
 
 
 def node_gpus_visible(env: MutableMapping[str, str]) -> None:

@@ -380,7 +380,10 @@ class StubSubmission:
     def crashed_host(self):
         return "node3"
 
-    def wait(self, progress=None, interval=1.0):
+    def hang_watch(self, timeout, nodes, printer=None):
+        return None  # the real one reads heartbeats; tests/e2e/test_hangs.py runs it
+
+    def wait(self, progress=None, interval=1.0, poll=None):
         if self.wait_raises:
             raise self.wait_raises
         progress(submission.Status("RUNNING", "0", {"step": 4, "max_steps": 8, "loss": 1.5}))
@@ -557,7 +560,7 @@ def test_offline_prefetches_like_render(monkeypatch):
 
 def test_pending_reason_is_shown(monkeypatch):
     class Pending(StubSubmission):
-        def wait(self, progress=None, interval=1.0):
+        def wait(self, progress=None, interval=1.0, poll=None):
             progress(submission.Status("PENDING", "0", None, "PartitionNodeLimit"))
             return super().wait(progress, interval)
 
@@ -629,9 +632,6 @@ def test_slurm_parameters_carry_the_options_of_real_training_scripts(tmp_path):
     (JobSpec(gpus=(2,), log_name="train-%j.log"),
      "--log-name 'train-%j.log': python -m slurmgen.submit writes submitit's logs"
      " (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder"),
-    (JobSpec(gpus=(2,), hang_timeout=60),
-     "--hang-timeout 60: python -m slurmgen.submit has no hang watch (scripts from slurmgen render do);"
-     " it retries crashes up to --max-failures"),
 ])
 def test_submit_refuses_what_only_a_rendered_script_has(spec, message):
     with pytest.raises(SpecError) as err:

@@ -220,3 +220,41 @@ def test_submit_path_retries_a_crash_and_excludes_the_node(spare_node, assets, t
 def json_load(path: Path):
     import json
     return json.loads(path.read_text())
+
+
+def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path):
+    """python -m slurmgen.submit watches the heartbeats itself: rank 3 stopped with SIGSTOP is
+    named with its node and stack, the job is cancelled and submitted again, and it finishes."""
+    from tests.e2e.conftest import OFFLINE
+
+    folder = tmp_path / "submitit"
+    cmd = [sys.executable, "-m", "slurmgen.submit", "--folder", str(folder), "--cpus-per-gpu", "1", *OFFLINE,
+           "--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop", "--hang-timeout", str(HANG_TIMEOUT),
+           "--collective-timeout", "900", "--max-failures", "1", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4",
+           "--", *ddp_args(assets, tmp_path, 30, save_steps=5)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            beats = sorted(folder.glob(".heartbeat-*/rank-3"))
+            if beats:
+                _, step, _, host, pid = beats[0].read_text().split()
+                if int(step) >= 6:
+                    break
+            assert time.monotonic() < deadline and proc.poll() is None, "rank 3 never reached step 6"
+            time.sleep(0.3)
+        os.kill(int(pid), signal.SIGSTOP)
+        stopped_at = time.time()
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out + err)[-6000:]
+    report = next(folder.glob("hang-report-*.txt"))
+    assert report.stat().st_mtime - stopped_at <= HANG_TIMEOUT + 60
+    assert re.search(rf"slurmgen:   rank 3 on {host} \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", err), err
+    assert re.search(rf"--- rank 3 on {host} ---\n(.*\n)*?  File \".*\", line \d+ in ", report.read_text())
+    assert f"slurmgen: failure 1 of at most 1 (hang on {host}): submitting again to resume from the newest" \
+           " checkpoint" in out, out
+    assert json_load(tmp_path / "run" / "metrics.json")["global_step"] == 30
