@@ -1,0 +1,72 @@
+"""--gpus auto on the real four-node cluster (GPUs 1,1,2,2): the layout from the GPUs free now."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import slurm_helpers
+from tests.e2e.conftest import BIN, render_and_submit
+
+HOLD = """#!/bin/bash
+#SBATCH --nodes=1 --nodelist=node3 --ntasks=1 --gres=gpu:1 --cpus-per-task=1 --output=/dev/null
+sleep 600
+"""
+
+
+def render(tmp_path: Path, *args):
+    return subprocess.run([str(BIN / "slurmgen"), "render", "-o", str(tmp_path / "job.sh"), "--cpus-per-gpu", "2",
+                           "--log-dir", str(tmp_path / "logs"), *args], capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_an_idle_cluster_gives_1_1_2_2_and_too_much_is_refused(cluster, tmp_path):
+    done = render(tmp_path, "--gpus", "auto", "--world-size", "6")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("--gpus auto: 1,1,2,2 on node[1-4] (world size 6, from the GPUs free now)")
+    assert "# Chosen from the GPUs free at render time: --gpus 1,1,2,2 --nodelist node1,node2,node3,node4" in \
+        (tmp_path / "job.sh").read_text()
+    refused = render(tmp_path, "--gpus", "auto", "--world-size", "7")
+    assert refused.returncode == 2
+    assert refused.stderr == ("slurmgen: error: --world-size 7: 6 GPU(s) are free now (node1: 1, node2: 1, node3: 2,"
+                              " node4: 2); the closest layout that fits now: --world-size 6 (1,1,2,2 on"
+                              " node1,node2,node3,node4)\n")
+
+
+def test_a_drained_node_is_skipped_and_named(cluster, tmp_path):
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=slurmgen-test"], check=True)
+    try:
+        done = render(tmp_path, "--gpus", "auto", "--world-size", "5")
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[:2] == ["--gpus auto: 1,2,2 on node[1,3-4] (world size 5, from the GPUs free now)",
+                                            "  node2: idle+drain (slurmgen-test)"]
+
+
+@pytest.mark.timeout(400)
+def test_a_gpu_in_use_is_left_out_and_the_job_starts_at_once(cluster, tmp_path):
+    """A 1-GPU job holds a GPU of node3: --world-size 5 takes the other five, starts at once
+    and trains with world size 5."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD)
+    holder = slurm_helpers.submit(hold)
+    try:
+        slurm_helpers.wait_state(holder, lambda info: info["JobState"] == "RUNNING", timeout=60)
+        job = render_and_submit(tmp_path, ["--gpus", "auto", "--world-size", "5",
+                                           "--script", str(Path(__file__).parent / "probe_ranks.py")],
+                                [str(tmp_path / "ranks.json")], wait=False)
+        started = time.monotonic()
+        info = slurm_helpers.wait_state(job, lambda i: i["JobState"] != "PENDING", timeout=60)
+        assert time.monotonic() - started < 60, info
+        info = slurm_helpers.wait_job(job, timeout=240)
+    finally:
+        slurm_helpers.cancel(holder)
+    text = (tmp_path / "job.sh").read_text()
+    assert "--gpus 1,1,1,2 --nodelist node1,node2,node3,node4" in text
+    assert info["State"] == "COMPLETED", slurm_helpers.show_job_text(job)
+    import json
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    assert ranks["world_size"] == 5 and sorted(ranks["hosts"]) == ["node1", "node2", "node3", "node4", "node4"]
