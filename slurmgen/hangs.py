@@ -26,21 +26,26 @@ HANG_FILE = "hung"
 POLL_SECONDS = 5.0
 STACK_WAIT_SECONDS = 10.0
 
-# Runs on every node of a component: signal the ranks that beat from this host. A stopped rank
-# (SIGSTOP, a debugger) takes the signal only once continued, so it is continued after; the job
-# is stopped next anyway. py-spy, where installed, reads the stack without the rank's help.
+# Runs on every node of a component: signal the ranks that beat from this host ("signal"). A
+# stopped rank (SIGSTOP, a debugger) takes the signal only once continued ("continue", a second
+# round once every other rank has answered: continued earlier, it could let the others move on
+# before their stacks are taken); the job is stopped next anyway. py-spy, where installed, reads
+# the stack without the rank's help.
 _DUMP = r'''
-d=$1 h=$(hostname)
+d=$1 mode=$2 h=$(hostname)
 for f in "$d"/rank-*; do
     read -r rank _ _ host pid < "$f" || continue
     [[ $host == "$h" ]] || continue
+    if [[ $mode == continue ]]; then
+        [[ $(cat "$d/state-$rank" 2>/dev/null) == T ]] && kill -CONT "$pid"
+        continue
+    fi
     state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || state=gone
     echo "${state:-gone}" > "$d/state-$rank"
     [[ $state == gone ]] && continue
     : > "$d/stack-$rank"
     command -v py-spy >/dev/null && timeout 20 py-spy dump --pid "$pid" > "$d/pyspy-$rank" 2>&1
     kill -USR1 "$pid"
-    [[ $state == T ]] && kill -CONT "$pid"
 done
 exit 0
 '''
@@ -214,9 +219,10 @@ def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
     return lines, (suspects.pop() if len(suspects) == 1 and rest else None)
 
 
-def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[str] = None) -> None:
+def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[str] = None,
+                   mode: str = "signal") -> None:
     """One `srun --overlap` per component into the running job (from outside it: ``job``); each
-    signals its node's ranks."""
+    signals its node's ranks (mode "signal"), or continues its stopped ones ("continue")."""
     procs = []
     for group, nodes in groups:
         het = [f"--het-group={group}"] if group != "-" else []
@@ -225,7 +231,7 @@ def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[st
         # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
                "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=0", "--quiet",
-               "bash", "-c", _DUMP, "slurmgen-dump", str(folder)]
+               "bash", "-c", _DUMP, "slurmgen-dump", str(folder), mode]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for proc in procs:
         try:
@@ -236,14 +242,19 @@ def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[st
             proc.kill()
 
 
-def collect(folder: Path, beats: dict[int, Beat], world: int) -> tuple[list[RankView], dict[int, str]]:
-    """Each rank's view and stack text once the dumps have arrived (or STACK_WAIT_SECONDS)."""
+def _wait_for_stacks(folder: Path, ranks) -> None:
+    """Until these ranks' dumps have arrived (or gone ones said so), at most STACK_WAIT_SECONDS."""
     deadline = time.time() + STACK_WAIT_SECONDS
     while time.time() < deadline:
-        if all(_read(folder / f"stack-{r}") or _read(folder / f"state-{r}").strip() == "gone" for r in range(world)):
+        if all(_read(folder / f"stack-{r}") or _read(folder / f"state-{r}").strip() == "gone" for r in ranks):
             break
         time.sleep(0.5)
     time.sleep(0.5)  # a dump that has begun finishes
+
+
+def collect(folder: Path, beats: dict[int, Beat], world: int) -> tuple[list[RankView], dict[int, str]]:
+    """Each rank's view and stack text once the dumps have arrived (or STACK_WAIT_SECONDS)."""
+    _wait_for_stacks(folder, range(world))
     views, texts = [], {}
     for r in range(world):
         beat = beats.get(r)
@@ -294,6 +305,10 @@ def check(folder: Path, timeout: float, world: int, report: Path, groups: list[t
         return None
     idle = now - min((beats[r].time for r in stuck if r in beats), default=now - timeout)
     ask_for_stacks(folder, groups, job if outside else None)
+    stopped = [r for r in range(world) if _read(folder / f"state-{r}").strip() == "T"]
+    if stopped:  # their stacks come once they run again: after everyone else's
+        _wait_for_stacks(folder, [r for r in range(world) if r not in stopped])
+        ask_for_stacks(folder, groups, job if outside else None, mode="continue")
     views, texts = collect(folder, beats, world)
     lines, suspect = summarize(views)
     with open(report, "a") as fh:

@@ -210,3 +210,20 @@ def nudge(job_id: JobId) -> bool:
 def cancel(job_id: JobId) -> None:
     """``scancel JOB`` (errors ignored: the job may have ended)."""
     _run(["scancel", str(job_id)], timeout=30)
+
+
+def drain(node: str, reason: str = "slurmgen-test", timeout: float = 60) -> None:
+    """Drain an idle node: first wait until it is idle (a job of an earlier test may still be
+    completing there, and the node would read "draining"), then until Slurm says drained."""
+    import time
+
+    def state() -> str:
+        out = _run(["sinfo", "-h", "-n", node, "-o", "%T"], timeout=30).stdout.split()
+        return out[0] if out else ""
+
+    deadline = time.monotonic() + timeout
+    while state() != "idle" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    _run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=30)
+    while state() != "drained" and time.monotonic() < deadline:
+        time.sleep(0.5)

@@ -36,7 +36,7 @@ def test_an_idle_cluster_gives_1_1_2_2_and_too_much_is_refused(cluster, tmp_path
 
 
 def test_a_drained_node_is_skipped_and_named(cluster, tmp_path):
-    subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=slurmgen-test"], check=True)
+    slurm_helpers.drain("node2")
     try:
         done = render(tmp_path, "--gpus", "auto", "--world-size", "5")
     finally:

@@ -40,7 +40,7 @@ def test_check_refuses_missing_partition(cluster):
 
 
 def test_check_reports_a_drained_node(cluster):
-    subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=slurmgen-test"], check=True)
+    slurm_helpers.drain("node2")
     try:
         result = check("--nodes", "4", "--gpus", "1,1,2,2")
     finally:
