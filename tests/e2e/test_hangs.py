@@ -48,6 +48,16 @@ def _up(gpus: str, layout: dict[str, str]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def wait_idle(timeout: float = 120) -> None:
+    """Until no job is left on the cluster (an earlier test's may still be completing), so that
+    Slurm places the next job on node1..node4 as the tests expect."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def spare_node(cluster):
     before = _layout()
@@ -202,6 +212,7 @@ def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
 def test_submit_path_retries_a_crash_and_excludes_the_node(spare_node, assets, tmp_path):
     """python -m slurmgen.submit: the same budget; each retry is a new job that resumes from the
     newest checkpoint, and the second crash on node3 gets node3 excluded."""
+    wait_idle()
     from tests.e2e.test_submit import run_submit
 
     proc = run_submit(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop",
@@ -225,6 +236,7 @@ def json_load(path: Path):
 def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path):
     """python -m slurmgen.submit watches the heartbeats itself: rank 3 stopped with SIGSTOP is
     named with its node and stack, the job is cancelled and submitted again, and it finishes."""
+    wait_idle()
     from tests.e2e.conftest import OFFLINE
 
     folder = tmp_path / "submitit"
