@@ -518,8 +518,9 @@ class HangWatch:
                             self.sub.job_id, self.since, outside=True, say=self._say)
         if found is not None:
             self.hung, self.suspect = True, found[1]
-            # KILL first: a plain scancel's TERM reaches submitit's handler, which checkpoints
-            # and requeues the job itself, and the hang would not count as a failure.
+            # KILL first, so that no rank lingers in the collective. Seen: submitit still
+            # requeues the job itself afterwards (it runs again and finishes), so on this path
+            # the hang is not counted against --max-failures yet.
             subprocess.run(["scancel", "--signal=KILL", self.sub.job_id], check=False, capture_output=True)
             self.sub.cancel()
 
