@@ -78,13 +78,9 @@ def _scontrol(*args: str) -> subprocess.CompletedProcess:
 
 def _job_fields(job: str) -> dict:
     """The leader's fields of `scontrol show job -o`; NodeList joins every het component's."""
-    records = []
-    for line in _scontrol("show", "job", "-o", job).stdout.splitlines():
-        fields = {}
-        for token in line.split():
-            key, _, value = token.partition("=")
-            fields.setdefault(key, value)
-        records.append(fields)
+    from slurmgen.watch import job_records
+
+    records = job_records(job)
     if not records:
         return {}
     nodes = [r["NodeList"] for r in records if r.get("NodeList") not in (None, "", "(null)")]
