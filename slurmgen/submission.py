@@ -487,6 +487,20 @@ class Submission:
             subprocess.run(["scancel", self.job_id], check=False, capture_output=True)
 
 
+    def end_for_good(self, timeout: float = 180.0) -> None:
+        """Cancel the job and keep it cancelled: a task that was already stopping when the
+        cancel's TERM came may still requeue it. Returns once no step is left (nothing can
+        requeue it any more) or after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = {r.get("JobState") for r in watch.job_records(self.job_id)}
+            if states <= watch.TERMINAL:  # COMPLETING is not: steps are still ending
+                return
+            if states & {"PENDING", "REQUEUED", "RUNNING", "CONFIGURING", "SUSPENDED"}:
+                self.cancel()
+            time.sleep(1.0)
+
+
 class HangWatch:
     """The hang watch of a submitted job, run by the process that follows it (slurmgen.hangs):
     the ranks beat into the submitit folder; when one has not advanced for the timeout, the
@@ -503,7 +517,7 @@ class HangWatch:
 
     def __call__(self, status: Status) -> None:
         from slurmgen import hangs
-        from slurmgen.task import heartbeat_dir
+        from slurmgen.task import cancelled_file, heartbeat_dir
 
         if self.hung:
             return
@@ -518,11 +532,8 @@ class HangWatch:
                             self.sub.job_id, self.since, outside=True, say=self._say)
         if found is not None:
             self.hung, self.suspect = True, found[1]
-            # KILL first, so that no rank lingers in the collective. Seen: submitit still
-            # requeues the job itself afterwards (it runs again and finishes), so on this path
-            # the hang is not counted against --max-failures yet.
-            subprocess.run(["scancel", "--signal=KILL", self.sub.job_id], check=False, capture_output=True)
-            self.sub.cancel()
+            cancelled_file(self.sub.folder, self.sub.job_id).touch()  # the tasks must not requeue
+            self.sub.end_for_good()
 
     def _say(self, line: str) -> None:
         if self.printer is not None:

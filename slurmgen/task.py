@@ -94,6 +94,13 @@ def node_gpus_visible(env: MutableMapping[str, str]) -> None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(int(gpus)))
 
 
+def cancelled_file(folder, job_id: str) -> Path:
+    """Written by the submitting side's hang watch before it cancels the job: the tasks then
+    stop without requeueing it (scancel's TERM would otherwise reach the SIGTERM stop path,
+    which requeues), so the hang counts as a failure and is retried there."""
+    return Path(str(folder)) / f".cancelled-{job_id}"
+
+
 def job_id_of(env) -> str:
     return env.get("SLURM_JOB_ID") or env.get(LOCAL_ENV["job_id"]) or str(os.getpid())
 
@@ -113,8 +120,9 @@ class _StopOnSignal:
     does not stop within half the grace period, submitit's handler runs anyway (alarm).
     """
 
-    def __init__(self, stop_file: Path, is_main: bool, grace: int):
+    def __init__(self, stop_file: Path, is_main: bool, grace: int, cancelled: Optional[Path] = None):
         self.stop_file, self.is_main, self.grace = stop_file, is_main, grace
+        self.cancelled = cancelled
         self.requested = False
         self.signum = preempt_signal()
         self.submitit_handler = signal.getsignal(self.signum)
@@ -129,8 +137,16 @@ class _StopOnSignal:
               file=sys.stderr, flush=True)
         if self.is_main:
             self.stop_file.touch()
-            signal.signal(signal.SIGALRM, lambda *_: self.submitit_handler(signum, None))
+            signal.signal(signal.SIGALRM, lambda *_: self._requeue(signum))
             signal.alarm(max(10, self.grace // 2))
+
+    def _requeue(self, signum) -> None:
+        """submitit's handler (checkpoint(), scontrol requeue, exit), unless the job was
+        cancelled after a hang: then this task fails instead."""
+        if self.cancelled is not None and self.cancelled.exists():
+            _one_line_excepthook()
+            raise TrainingFailed("the job was cancelled after a hang; not requeueing it")
+        self.submitit_handler(signum, None)
 
     def finish(self, result) -> None:
         """After training returned: hand over to submitit (rank 0), or wait to be requeued.
@@ -149,7 +165,7 @@ class _StopOnSignal:
         elif not callable(self.submitit_handler):
             return  # no requeueing executor (local runs)
         elif self.is_main:
-            self.submitit_handler(self.signum, None)  # checkpoint(), requeue, exit
+            self._requeue(self.signum)
         else:
             time.sleep(self.grace + 60)  # `scontrol requeue` ends this task first
 
@@ -213,7 +229,9 @@ class TrainTask:
             environ["MASTER_ADDR"] = socket.gethostbyname(environ["MASTER_ADDR"])
         print(f"{START_MARK} task {denv.rank} on {socket.gethostname()}: {denv.describe()}",
               flush=True)
-        stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace)
+        folder = environ.get(FOLDER_ENV)
+        stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace,
+                             cancelled_file(folder, job_id_of(environ)) if folder else None)
         if denv.is_main:
             stop.stop_file.unlink(missing_ok=True)  # left over from the run before a requeue
         stop.install()

@@ -639,6 +639,22 @@ def test_submit_refuses_what_only_a_rendered_script_has(spec, message):
     assert str(err.value) == message
 
 
+def test_a_job_cancelled_after_a_hang_is_not_requeued(tmp_path, monkeypatch):
+    """The hang watch marks the job before cancelling it: the cancel's TERM stops training as a
+    preemption would, but the task then fails instead of requeueing (the hang is a counted failure)."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    handed_over = []
+    marker = task.cancelled_file(tmp_path, "77")
+    stop = task._StopOnSignal(tmp_path / "stop", True, 30, marker)
+    stop.submitit_handler = lambda signum, frame: handed_over.append(signum)
+    stop.finish({"stopped_early": True, "global_step": 9})
+    assert handed_over == [stop.signum]  # not marked: a preemption, requeued
+    marker.touch()
+    with pytest.raises(task.TrainingFailed, match="^the job was cancelled after a hang; not requeueing it$"):
+        stop.finish({"stopped_early": True, "global_step": 9})
+    assert handed_over == [stop.signum]
+
+
 def test_exec_target_runs_the_program_and_reports_its_status(tmp_path, monkeypatch):
     """--exec on the submit path: the program runs per rank; a non-zero status fails the task."""
     monkeypatch.chdir(tmp_path)

@@ -235,7 +235,8 @@ def json_load(path: Path):
 
 def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path):
     """python -m slurmgen.submit watches the heartbeats itself: rank 3 stopped with SIGSTOP is
-    named with its node and stack within the timeout + 60 s, and the job runs again and finishes."""
+    named with its node and stack within the timeout + 60 s; the hang counts as a failure, and the
+    retry (a new job) resumes from the checkpoint and finishes."""
     wait_idle()
     from tests.e2e.conftest import OFFLINE
 
@@ -267,6 +268,8 @@ def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path)
     assert report.stat().st_mtime - stopped_at <= HANG_TIMEOUT + 60
     assert re.search(rf"slurmgen:   rank 3 on {host} \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", err), err
     assert re.search(rf"--- rank 3 on {host} ---\n(.*\n)*?  File \".*\", line \d+ in ", report.read_text())
-    # The job then runs again and finishes (on this path submitit requeues it itself, so the
-    # hang is not counted against --max-failures: a known gap).
+    # Counted against --max-failures: a second job resumes from the checkpoint and finishes.
+    assert re.search(rf"^slurmgen: failure 1 of at most 1 \(hang on {host}\): submitting again to resume from "
+                     r"the newest checkpoint", out, re.M), (out + err)[-6000:]
+    assert len(re.findall(r"^submitted job \d+", out, re.M)) == 2, (out + err)[-6000:]
     assert json_load(tmp_path / "run" / "metrics.json")["global_step"] == 30
