@@ -9,6 +9,7 @@ distinct GPU counts (het components), then nodes in name order; it is pinned wit
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 import subprocess
 from dataclasses import dataclass
@@ -226,6 +227,26 @@ def choose(nodes: list[NodeState], req: Request) -> Choice:
         raise NoFit(_missing(offer, want, req) + _skipped_text(skipped))
     order = sorted(picked, key=lambda n: (picked[n], _natural(n)))  # equal counts adjacent
     return Choice(tuple(picked[n] for n in order), tuple(order), tuple(skipped))
+
+
+def alternatives(nodes: list[NodeState], req: Request, chosen: Choice) -> list[tuple[str, Choice]]:
+    """The layouts considered beside the one that can start now, for Slurm's start estimate:
+    the one this request gets once the GPUs, CPUs and memory in use are free again (fewer nodes
+    or, with --max-gpus, more GPUs), when it differs. Down, drained and excluded nodes stay out."""
+    idle = [dataclasses.replace(n, gpus_used=0, cpus_used=0, mem_used_mb=0) for n in nodes]
+    try:
+        other = choose(idle, req)
+    except NoFit:
+        return []
+    if (other.counts, other.nodes) == (chosen.counts, chosen.nodes):
+        return []
+    if other.world_size > chosen.world_size:
+        why = f"{other.world_size} GPUs"
+    elif len(other.nodes) < len(chosen.nodes):
+        why = f"{len(other.nodes)} nodes"
+    else:
+        why = "the same size"
+    return [(f"{why}, once the resources in use are free", other)]
 
 
 def _skipped_text(skipped) -> str:

@@ -10,7 +10,7 @@ import click
 
 from slurmgen import __version__
 from slurmgen.errors import OneLineErrors, fail
-from slurmgen.options import describe_settings, job_options, spec_from_options
+from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import render
 from slurmgen.spec import SpecError, compact_gpus
@@ -81,7 +81,7 @@ def render_command(ctx, output, show_config, check_first, **params):
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
-    if check_first and not run_check(plan, err=output == "-"):
+    if check_first and not run_check(plan, err=output == "-", alternatives=_alternatives(params, spec)):
         sys.exit(1)
     if spec.offline:
         from slurmgen.prefetch import PrefetchError, prefetch
@@ -103,7 +103,19 @@ def render_command(ctx, output, show_config, check_first, **params):
     click.echo(info, err=to_stdout)
 
 
-def run_check(plan, err=False) -> bool:
+def _alternatives(params: dict, spec) -> list:
+    try:
+        return auto_alternatives(params, spec)
+    except SpecError as err:
+        fail(str(err), 1)
+
+
+def run_check(plan, err=False, alternatives=()) -> bool:
+    """The verdict, then (when the layout can run) Slurm's start estimate for it and for the
+    other layouts --gpus auto considered (label, spec)."""
+    from datetime import datetime
+
+    from slurmgen import estimate
     from slurmgen.check import assess
     from slurmgen.cluster import ClusterError, query
 
@@ -113,6 +125,11 @@ def run_check(plan, err=False) -> bool:
         fail(f"cannot ask the cluster: {error}", 1)
     verdict = assess(plan, cluster)
     click.echo(verdict.text(), err=err)
+    if verdict.ok:
+        now = datetime.now()
+        click.echo(f"start (sbatch --test-only): {estimate.ask(render(plan)).describe(now)}", err=err)
+        for label, spec in alternatives:
+            click.echo(f"alternative {label}: {estimate.ask(render(materialize(spec))).describe(now)}", err=err)
     return verdict.ok
 
 
@@ -124,7 +141,7 @@ def check_command(**params):
         spec = spec_from_options(params)
     except SpecError as err:
         fail(str(err))
-    sys.exit(0 if run_check(materialize(spec)) else 1)
+    sys.exit(0 if run_check(materialize(spec), alternatives=_alternatives(params, spec)) else 1)
 
 
 @cli.command("watch")

@@ -1,6 +1,7 @@
 """--gpus auto without a cluster: the choice over recorded and random cluster states."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,71 @@ def test_auto_bad_input_is_one_line(args, message, tmp_path):
     assert result.exit_code == 2
     assert result.stderr == f"slurmgen: error: {message}\n"
     assert not (tmp_path / "x.sh").exists()
+
+
+def test_alternatives_are_the_layouts_once_the_gpus_in_use_are_free():
+    """The layout passed over for the one that starts now: fewer nodes, or more GPUs with
+    --max-gpus; none when the idle choice is the same, and drained nodes stay out."""
+    busy = [node("node1", 1), node("node2", 1), node("node3", 2, used=1, state="MIXED"), node("node4", 2)]
+    chosen = al.choose(busy, request(world_size=5))
+    (label, other), = al.alternatives(busy, request(world_size=5), chosen)
+    assert (other.counts, other.nodes, label) == ((1, 2, 2), ("node1", "node3", "node4"),
+                                                 "3 nodes, once the resources in use are free")
+    chosen = al.choose(busy, request(max_gpus=8))
+    (label, other), = al.alternatives(busy, request(max_gpus=8), chosen)
+    assert (other.counts, label) == ((1, 1, 2, 2), "6 GPUs, once the resources in use are free")
+    assert al.alternatives(ONE_ONE_TWO_TWO, request(world_size=6), al.choose(ONE_ONE_TWO_TWO, request(world_size=6))) == []
+    drained = [node("node1", 1), node("node2", 1, state="IDLE+DRAIN"), node("node3", 2), node("node4", 2)]
+    assert al.alternatives(drained, request(world_size=5), al.choose(drained, request(world_size=5))) == []
+
+
+def test_check_adds_slurms_estimate_for_the_layout_and_the_alternatives(monkeypatch, tmp_path):
+    """`slurmgen check --gpus auto`: the verdict, then sbatch --test-only's estimate for the
+    chosen layout and for the one passed over; each estimate is asked with that layout's script."""
+    from datetime import datetime, timedelta
+
+    from click.testing import CliRunner
+
+    from slurmgen import cluster, estimate
+    from slurmgen.cli import cli
+
+    busy = [node("node1", 1), node("node2", 1), node("node3", 2, used=1, state="MIXED"), node("node4", 2)]
+    monkeypatch.setattr(al, "query_nodes", lambda: busy)
+    monkeypatch.setattr(al, "default_partition", lambda: "debug")
+    sinfo = "".join(f"node{i}|debug*|gpu:{g}|mixed|16|none|32000\n" for i, g in ((1, 1), (2, 1), (3, 2), (4, 2)))
+    default, nodes = cluster.parse_sinfo(sinfo)
+    monkeypatch.setattr(cluster, "query", lambda: cluster.ClusterInfo("slurm 22.05.8", default, tuple(nodes)))
+    asked = []
+
+    def ask(script):
+        asked.append(script)
+        later = len(asked) > 1
+        return estimate.Estimate(datetime.now() + timedelta(minutes=90 if later else 0),
+                                 "node[1,3-4]" if later else "node[1-4]")
+
+    monkeypatch.setattr(estimate, "ask", ask)
+    result = CliRunner().invoke(cli, ["check", "--gpus", "auto", "--world-size", "5", "--cpus-per-gpu", "2",
+                                      "--log-dir", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[-2] == "start (sbatch --test-only): starts now on node[1-4]"
+    assert re.fullmatch(r"alternative --gpus 1,2,2 --nodelist node1,node3,node4 \(3 nodes, once the resources in use"
+                        r" are free\): starts at \S+ \S+ \(in (1 h 29|1 h 30) min\) on node\[1,3-4\]", lines[-1])
+    assert "#SBATCH --nodelist=node[1-3]" in asked[0] and "#SBATCH --nodelist=node[3-4]" in asked[1]
+
+
+def test_gpus_auto_from_a_profile(monkeypatch, tmp_path):
+    """gpus = "auto" and world-size in a profile: the same choice as on the command line."""
+    from click.testing import CliRunner
+
+    from slurmgen.cli import cli
+
+    monkeypatch.setattr(al, "query_nodes", lambda: ONE_ONE_TWO_TWO)
+    monkeypatch.setattr(al, "default_partition", lambda: "debug")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slurmgen.toml").write_text('[default]\ngpus = "auto"\nworld-size = 4\ncpus-per-gpu = 2\n')
+    result = CliRunner().invoke(cli, ["render", "-o", "job.sh"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("--gpus auto: 2,2 on node[3-4] (world size 4, from the GPUs free now)")
+    assert "# Chosen from the GPUs free at render time: --gpus 2,2 --nodelist node3,node4" in \
+        (tmp_path / "job.sh").read_text()
