@@ -22,7 +22,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[train,test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[train,test,report]' --config-settings editable_mode=compat
 	touch $@
 
 # Debian's slurm-wlm, munge and shellcheck (and the SLURM version, built); only root can.

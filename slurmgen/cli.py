@@ -1,4 +1,4 @@
-"""`slurmgen` command line: render, check, watch. Bad input is one line, exit status 2."""
+"""`slurmgen` command line: render, check, watch, report. Bad input is one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from slurmgen import __version__
 from slurmgen.errors import OneLineErrors, fail
 from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
-from slurmgen.render import render
+from slurmgen.render import needs_submitter, render, render_prep, render_submitter
 from slurmgen.spec import SpecError, compact_gpus
 
 
@@ -91,16 +91,34 @@ def render_command(ctx, output, show_config, check_first, **params):
         except PrefetchError as err:
             fail(str(err), 1)
     text = render(plan, command=invoked_command())
-    os.makedirs(spec.log_dir, exist_ok=True)
     to_stdout = output == "-"
+    submitter = sibling_path(output, "submit") if needs_submitter(plan) else None
+    if submitter and to_stdout:
+        fail("-o -: a sweep of heterogeneous jobs or --prep is written to files, with the script that"
+             " submits them beside it; give -o FILE")
+    os.makedirs(spec.log_dir, exist_ok=True)
     if to_stdout:
         sys.stdout.write(text)
     else:
         write_atomically(output, text)
     info = summary(plan)
-    if not to_stdout:
+    if submitter:
+        prep = ""
+        if spec.prep:
+            prep = sibling_path(output, "prep")
+            write_atomically(prep, render_prep(plan))
+        write_atomically(submitter, render_submitter(plan, os.path.abspath(output), prep and os.path.abspath(prep)))
+        info += (f"\nwrote {output}{', ' + prep if prep else ''} and {submitter}; logs go to {spec.log_dir}"
+                 f"\nsubmit with: bash {shlex.quote(submitter)}")
+    elif not to_stdout:
         info += f"\nwrote {output}; logs go to {spec.log_dir}\nsubmit with: sbatch {shlex.quote(output)}"
     click.echo(info, err=to_stdout)
+
+
+def sibling_path(output: str, role: str) -> str:
+    """job.sh -> job-submit.sh, job-prep.sh: beside it."""
+    stem, ext = os.path.splitext(output)
+    return f"{stem}-{role}{ext or '.sh'}"
 
 
 def _alternatives(params: dict, spec) -> list:
@@ -157,6 +175,24 @@ def watch_command(job_id, output_dir, interval, timeout):
     state = watch(job_id, output_dir and os.path.abspath(output_dir), interval, timeout)
     click.echo(f"job {job_id}: {state}")
     sys.exit(0 if state == "COMPLETED" else 1)
+
+
+@cli.command("report")
+@click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...")
+@click.option("-o", "--out", default=None, metavar="DIR",
+              help="Where report.html and the PNGs go [default: the one RUN_DIR given, else ./slurmgen-report].")
+def report_command(run_dirs, out):
+    """Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots."""
+    from slurmgen import report
+
+    try:
+        runs = report.find_runs(list(run_dirs))
+        click.echo(report.terminal_table(runs))
+        target = out or (run_dirs[0] if len(run_dirs) == 1 else "slurmgen-report")
+        written = report.write_report(runs, target)
+    except report.ReportError as err:
+        fail(str(err), 1 if "matplotlib" in str(err) else 2)
+    click.echo(f"wrote {', '.join(str(p) for p in written)}")
 
 
 def main():

@@ -2,7 +2,7 @@
 
 The scheduler places the job as it would now, behind the running and pending ones, and prints
 "Job N to start at TIME using P processors on [nodes] NODES [in partition P]" (one line for a
-heterogeneous job too). A running job without a time limit ends, for the scheduler, a year from
+heterogeneous job too; 25.11 words it slightly differently). A running job without a time limit ends, for the scheduler, a year from
 now; an estimate that far out means "when those jobs end", which nobody can say.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Optional
 
-_LINE = re.compile(r"Job \d+ to start at (\S+) using \d+ processors on (?:nodes )?(\S+)")
+# 25.11 adds " on cluster NAME" where the cluster has one, and a stray " a" before "using".
+_LINE = re.compile(r"Job \d+ to start at (\S+).*? using \d+ processors on (?:nodes )?(\S+)")
 NOW = timedelta(seconds=60)  # "at once", allowing for the scheduler's own cycle
 UNBOUNDED = timedelta(days=300)  # behind a job without a time limit
 

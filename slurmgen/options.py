@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from slurmgen import sweep
 from slurmgen.spec import (DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env, parse_gpus,
                            parse_port_range)
 
@@ -92,6 +93,15 @@ JOB_OPTIONS = [
     (("--container-mounts",), dict(default=None, help="pyxis/enroot mounts, SRC:DST[,SRC:DST...].")),
     (("--slurm-version",), dict(default=None, metavar="X.Y",
                                 help="Slurm release the job is for, e.g. 25.11 [default: that of the sbatch installed here].")),
+    (("--sweep",), dict(multiple=True, metavar="KEY=V1,V2",
+                        help="Run once per value of training argument --KEY (repeatable: every combination); each run writes to --output_dir/NAME.")),
+    (("--sweep-mode",), dict(type=click.Choice(["product", "zip"]), default="product", show_default=True,
+                             help="product: every combination of the --sweep values; zip: the first values together, then the second...")),
+    (("--max-parallel",), dict(type=int, default=None, metavar="N", help="Runs of a sweep at once [default: all].")),
+    (("--after",), dict(multiple=True, metavar="JOB[:ok|any]",
+                        help="Start after job JOB succeeded (ok, the default) or ended (any) (repeatable).")),
+    (("--prep",), dict(is_flag=True, default=False,
+                       help="Prepare (tokenize) the data once in a CPU-only job first; training waits for it and never tokenizes (train.sft).")),
     (("--sbatch",), dict(multiple=True, metavar="NAME[=VALUE]",
                          help="Any other sbatch long option, without dashes: --sbatch overcommit (repeatable).")),
     (("--srun-arg",), dict(multiple=True, metavar="ARG",
@@ -315,5 +325,10 @@ def spec_from_options(params: dict) -> JobSpec:
         exec=params["exec"],
         master_addr_ip=params["master_addr_ip"],
         slurm_version=params["slurm_version"],
+        sweep=sweep.parse(params["sweep"], params["sweep_mode"]),
+        sweep_mode=params["sweep_mode"],
+        max_parallel=params["max_parallel"],
+        after=sweep.parse_after(params["after"]),
+        prep=params["prep"],
     )
     return spec.validate()

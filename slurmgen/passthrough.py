@@ -28,6 +28,7 @@ SBATCH_OWNED = {
     "exclude": "--exclude", "exclusive": "--exclusive", "reservation": "--reservation",
     "mail-type": "--mail-type", "mail-user": "--mail-user", "hint": "--hint",
     "threads-per-core": "--threads-per-core", "wait-all-nodes": "--wait-all-nodes",
+    "dependency": "--after JOB[:ok|any]", "array": "--sweep KEY=V1,V2 and --max-parallel",
 }
 # Options of the sbatch command rather than of the job: they would change how slurmgen's
 # script is read or submitted.

@@ -40,6 +40,15 @@ class Component:
 class Plan:
     spec: JobSpec
     components: tuple[Component, ...]
+    runs: tuple = ()  # a sweep's runs (slurmgen.sweep.Run); empty for a single job
+
+    @property
+    def array(self) -> str:
+        """sbatch --array for a sweep on a uniform layout ("" otherwise: one job per run)."""
+        if not self.runs or self.heterogeneous:
+            return ""
+        from slurmgen.sweep import array_spec
+        return array_spec(len(self.runs), self.spec.max_parallel)
 
     @property
     def heterogeneous(self) -> bool:
@@ -100,7 +109,11 @@ def materialize(spec: JobSpec) -> Plan:
         ))
         node_offset += len(positions)
         rank_offset += len(positions) * count
-    return Plan(spec=spec, components=tuple(components))
+    runs = ()
+    if spec.sweep:
+        from slurmgen.sweep import expand
+        runs = tuple(expand(spec.sweep, spec.sweep_mode, spec.train_args))
+    return Plan(spec=spec, components=tuple(components), runs=runs)
 
 
 def summary(plan: Plan) -> str:
@@ -116,6 +129,18 @@ def summary(plan: Plan) -> str:
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")
     lines.append(f"  ranks per node: {ranks_per_node(plan)}")
+    if plan.runs:
+        lines.append(sweep_summary(plan))
+    return "\n".join(lines)
+
+
+def sweep_summary(plan: Plan) -> str:
+    """How the sweep runs, and each run's output directory."""
+    count, most = len(plan.runs), plan.spec.max_parallel or len(plan.runs)
+    how = (f"one job array (--array={plan.array})" if plan.array else
+           f"{count} heterogeneous jobs, run i starting after run i-{most} ends (Slurm refuses arrays of het jobs)")
+    lines = [f"sweep: {count} run(s), at most {min(most, count)} at once, as {how}"]
+    lines += [f"  run {r.index}: {r.label()} -> {r.output_dir}" for r in plan.runs]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import jinja2
 from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
 from slurmgen.passthrough import sbatch_lines
+from slurmgen.sweep import dependency, waits_for
 from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, count_runs,
                            gloo_socket_ifname, job_port_shell, rank_exports)
 
@@ -196,5 +197,38 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)
         "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
         "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),
+        "dependency": dependency(spec.after),
     }
     return environment().get_template("job.sh.j2").render(context)
+
+
+def needs_submitter(plan: Plan) -> bool:
+    """More than one sbatch: a sweep of het jobs (one per run), or a data prep job first."""
+    return plan.spec.prep or (bool(plan.runs) and not plan.array)
+
+
+def render_submitter(plan: Plan, script: str, prep_script: str = "") -> str:
+    """The script that submits the job (absolute `script`): the prep job first, then the training
+    job after it; a het sweep's runs at most N at once."""
+    per_run = bool(plan.runs) and not plan.array
+    prep = "afterok:${PREP}" if plan.spec.prep else ""
+    waits = waits_for(len(plan.runs), plan.spec.max_parallel) if per_run else [None]
+    deps = []
+    for wait in waits:
+        chain = "afterany:${JOBS[%d]}" % wait if wait is not None else ""
+        value = dependency(plan.spec.after, ",".join(d for d in (chain, prep) if d))
+        deps.append(f' --dependency="{value}"' if chain or prep else "")
+    return environment().get_template("submit_sweep.sh.j2").render(
+        plan=plan, version=__version__, script=script, prep_script=prep_script, dependencies=deps,
+        per_run=per_run, most=min(plan.spec.max_parallel or len(plan.runs), len(plan.runs)))
+
+
+def render_prep(plan: Plan) -> str:
+    """--prep: the CPU-only job that prepares the data once (train.sft, SLURMGEN_PREPARE_ONLY)."""
+    spec = plan.spec
+    options = [(k, v) for k, v in _component_options(spec, plan.components[0])
+               if k not in ("mem", "hint", "threads-per-core")]
+    return environment().get_template("prep.sh.j2").render(
+        spec=spec, version=__version__, output_pattern=output_pattern(spec.log_dir, spec.log_name),
+        cpus=plan.components[0].cpus_per_task, options=options, exports=rank_exports(spec),
+        container_dirs=[], dependency=dependency(spec.after))

@@ -192,7 +192,9 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
         why, node = "node", sorted(gone)[0]
     elif not node and why == "crash":
         try:
-            node = crashed_node(Path(fields.get("StdErr", "")).read_text(errors="replace"))
+            # 25.11 leaves StdErr empty when it is the same file as StdOut (22.05 repeats it)
+            log = fields.get("StdErr") or fields.get("StdOut", "")
+            node = crashed_node(Path(log).read_text(errors="replace"))
         except OSError:
             pass
     beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")

@@ -234,6 +234,19 @@ class JobSpec:
     master_addr_ip: bool = False
     slurm_version: Optional[str] = None    # X.Y; None: the installed sbatch's
     layout_origin: str = ""                # --gpus auto: how the layout was chosen (header)
+    sweep: tuple = ()                      # ((KEY, (V1, V2, ...)), ...): slurmgen.sweep
+    sweep_mode: str = "product"
+    max_parallel: Optional[int] = None     # runs of a sweep at once
+    after: tuple = ()                      # ((JOB, afterok|afterany), ...)
+    prep: bool = False                     # a CPU-only job prepares the data first (train.sft)
+
+    @property
+    def prepared_data(self) -> Optional[str]:
+        """--prep: where the prep job saves the prepared data, under the training --output_dir."""
+        if not self.prep:
+            return None
+        base = train_arg(self.train_args, "--output_dir", "--output-dir")
+        return f"{base.rstrip('/')}/prepared-data" if base else None
 
     @property
     def nodes(self) -> int:
@@ -295,6 +308,18 @@ class JobSpec:
             )
         if self.max_failures < 0:
             raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
+        if self.sweep:  # the runs themselves: --output_dir given, not too many
+            from slurmgen.sweep import expand
+            expand(self.sweep, self.sweep_mode, self.train_args)
+        if self.prep and (self.exec or self.script or self.module != PREP_MODULE):
+            raise SpecError(f"--prep: only --module {PREP_MODULE} prepares its data in a job of its own"
+                            " (SLURMGEN_PREPARE_ONLY)")
+        if self.prep and not self.prepared_data:
+            raise SpecError("--prep: give the training argument --output_dir DIR; the prepared data goes to"
+                            " DIR/prepared-data")
+        if self.max_parallel is not None and (self.max_parallel < 1 or not self.sweep):
+            raise SpecError(f"--max-parallel {self.max_parallel}: "
+                            + ("must be a positive integer" if self.sweep else "only with --sweep"))
         self._validate_target()
         if self.nccl_debug is not None and self.nccl_debug.upper() not in NCCL_DEBUG_LEVELS:
             raise SpecError(f"--nccl-debug {self.nccl_debug!r}: choose one of {', '.join(NCCL_DEBUG_LEVELS)}")
@@ -444,6 +469,9 @@ def gloo_socket_ifname(nccl_value: str) -> Optional[str]:
     return nccl_value.lstrip("=")
 
 
+PREP_MODULE = "train.sft"
+
+
 def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     """Variables slurmgen's own options set for every rank (before the user's --env), shared by
     rendered scripts and the submit path."""
@@ -459,4 +487,6 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
         pairs.append(("HF_HOME", spec.hf_home))
     if spec.offline:
         pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
+    if spec.prepared_data:  # train.sft loads it and does not tokenize
+        pairs.append(("SLURMGEN_PREPARED_DATA", spec.prepared_data))
     return pairs

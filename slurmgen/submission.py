@@ -90,6 +90,9 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.cpus_per_node is not None:
         raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
                         " task per GPU; use --cpus-per-gpu")
+    for given, option in ((spec.sweep, "--sweep"), (spec.prep, "--prep"), (spec.after, "--after")):
+        if given:
+            raise SpecError(f"{option}: not on python -m slurmgen.submit yet; use slurmgen render")
     if spec.log_name != DEFAULT_LOG_NAME:
         raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
                         " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")

@@ -51,4 +51,6 @@ print(f"demo: world size {m['world_size']}, ranks per host {m['ranks_per_host']}
 print(f"demo: loss {m['first_loss']:.4f} -> {m['last_loss']:.4f} over {m['global_step']} steps"
       f" ({m['samples_per_second']:.1f} samples/s)")
 PY
+slurmgen report "$out/run" -o "$out/report" | sed 's/^/demo: /'
 echo "demo: model and checkpoints in $out/run, job log in $log, script in $out/job.sh"
+echo "demo: report in $out/report/report.html"

@@ -11,6 +11,9 @@ def test_a_plain_job_that_starts_now():
                          " node[3-4] in partition debug\n")
     assert est == estimate.Estimate(datetime(2026, 12, 3, 14, 0, 25), "node[3-4]")
     assert est.describe(NOW) == "starts now on node[3-4]"
+    # 25.11's wording (src/api/allocate.c): a cluster name and a stray "a"
+    assert estimate.parse("sbatch: Job 1135 to start at 2026-12-03T14:00:25 on cluster local a using 4 processors"
+                          " on nodes node[3-4] in partition debug\n") == est
 
 
 def test_a_het_job_later_and_behind_a_job_without_a_limit():

@@ -1,4 +1,4 @@
-"""Training data: checking a data set argument, loading it, and checking its columns.
+"""Training data: checking a data set argument, loading it, checking its columns, saving it.
 
 A data set is a local file (its suffix picks the ``datasets`` builder), a local directory
 (saved with save_to_disk, or loadable by ``datasets``), or a hub name. Problems are
@@ -7,6 +7,8 @@ UsageErrors. ``datasets`` is imported only inside load_data, so the checks stay 
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from train import heartbeat
@@ -57,6 +59,24 @@ def load_data(name: str, split: str = "train", config: str | None = None, stream
         # datasets' own errors are multi-line; the hub being unreachable is the usual cause.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"dataset not found: {name} ({first})") from None
+
+
+def save_atomically(ds, dest: str | Path) -> None:
+    """``ds.save_to_disk(dest)`` without ever leaving a half-written ``dest``: written beside
+    it, then renamed into place, so a reader finds the whole data set or none."""
+    dest = Path(dest).expanduser()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = (dest.with_name(f".{dest.name}.{kind}-{os.getpid()}") for kind in ("tmp", "old"))
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer that had this pid
+    try:
+        ds.save_to_disk(str(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if dest.exists():  # a rerun: rename cannot replace a non-empty directory
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def column_names(ds) -> list[str]:

@@ -8,16 +8,24 @@ Arguments are TRL's own (ScriptArguments, SFTConfig, ModelConfig; ``--config rec
 works). ``--dataset_name`` is a hub name or a local .jsonl/.json/.parquet/.arrow file or
 directory, with a ``text`` (or ``--dataset_text_field``) or ``messages`` column.
 Launch it under torchrun, or as one Slurm task per GPU: train.distenv works out the rank.
+
+Prepared data (tokenizing inside a multi-node job can time out its collectives):
+  * SLURMGEN_PREPARE_ONLY=1 SLURMGEN_PREPARED_DATA=DIR: one CPU process prepares the data as
+    SFTTrainer would for training, saves it to DIR/train (and DIR/eval), and exits;
+  * SLURMGEN_PREPARED_DATA=DIR alone: train on DIR/train (DIR/eval) without tokenizing.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
-from train import cli, data, devices, distenv, hub, program
+from train import cli, data, devices, distenv, hub, outputs, program
 
 RENAMED = cli.RENAMED_ARGS
 CONVERSATIONAL = ("messages", "conversations", "prompt")
+PREPARED_ENV, PREPARE_ONLY_ENV = "SLURMGEN_PREPARED_DATA", "SLURMGEN_PREPARE_ONLY"
 
 
 def check_quantization(model_args) -> None:
@@ -40,6 +48,52 @@ def check_text_columns(ds, name: str, text_field: str) -> None:
         f"data set {name} has no column {text_field!r} or 'messages' "
         f"(columns present: {', '.join(present) or 'none'})"
     )
+
+
+def prepared_data_dir() -> str | None:
+    return os.environ.get(PREPARED_ENV) or None
+
+
+def prepare_only() -> bool:
+    if os.environ.get(PREPARE_ONLY_ENV, "").lower() not in ("1", "true", "yes"):
+        return False
+    if not prepared_data_dir():
+        raise cli.UsageError(f"{PREPARE_ONLY_ENV}=1 needs {PREPARED_ENV}=DIR (where to save the prepared data)")
+    return True
+
+
+def data_parts(cfg) -> list[str]:
+    return ["train", "eval"] if cfg.eval_strategy != "no" else ["train"]
+
+
+def check_prepared(directory: str, parts: list[str]) -> None:
+    # Checked before any model loading: a training job started before its prep job finished
+    # (or after it failed) stops at once with a line that says so.
+    for part in parts:
+        if not (Path(directory).expanduser() / part).is_dir():
+            raise cli.UsageError(
+                f"{PREPARED_ENV}={directory} has no {part}/: the data prep job "
+                f"({PREPARE_ONLY_ENV}=1) has not written it"
+            )
+
+
+def load_raw_data(script_args, cfg):
+    """The train (and eval) data set as given, untokenized; None for eval when not evaluating."""
+    def load(split):
+        return data.load_data(script_args.dataset_name, split, script_args.dataset_config,
+                              script_args.dataset_streaming)
+
+    train_ds = load(script_args.dataset_train_split)
+    eval_ds = load(script_args.dataset_test_split) if cfg.eval_strategy != "no" else None
+    return train_ds, eval_ds
+
+
+def load_prepared(directory: str, cfg):
+    """The prepared train (and eval) sets, and SFTTrainer told not to prepare them again."""
+    sets = [data.load_data(str(Path(directory).expanduser() / part)) for part in data_parts(cfg)]
+    data.require_columns(sets[0], f"{directory}/train", ["input_ids"])
+    cfg.dataset_kwargs = {**(cfg.dataset_kwargs or {}), "skip_prepare_dataset": True}
+    return sets[0], (sets[1] if len(sets) > 1 else None)
 
 
 def load_model(model_args, denv):
@@ -68,6 +122,41 @@ def load_tokenizer(model_args):
     return tok
 
 
+def load_weightless_model(model_args):
+    """The model's architecture on the meta device: SFTTrainer wants a model even just to
+    prepare data, which depends on the tokenizer only; the prep job has no GPU to load it on."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def prepare_data(script_args, cfg, model_args, denv, directory: str) -> None:
+    """Let SFTTrainer prepare the data exactly as for training (same config, same tokenizer),
+    then save what it made, for training jobs that must not tokenize."""
+    from trl import SFTTrainer
+
+    class PrepOnlyTrainer(SFTTrainer):
+        def _move_model_to_device(self, model, device):
+            pass  # a meta model has no weights to move (and .to() refuses to try)
+
+    if denv.world_size > 1:
+        raise cli.UsageError(f"{PREPARE_ONLY_ENV}=1 runs as one process, not {denv.world_size} ranks")
+    if script_args.dataset_streaming:
+        raise cli.UsageError(f"{PREPARE_ONLY_ENV}=1 cannot save a streamed data set (drop --dataset_streaming)")
+    train_ds, eval_ds = load_raw_data(script_args, cfg)
+    check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
+    # No peft_config: adapters change the model, not how the data is prepared.
+    trainer = PrepOnlyTrainer(model=load_weightless_model(model_args), args=cfg, train_dataset=train_ds,
+                              eval_dataset=eval_ds, processing_class=load_tokenizer(model_args))
+    prepared = {"train": trainer.train_dataset, "eval": trainer.eval_dataset}
+    for part in data_parts(cfg):
+        data.save_atomically(prepared[part], Path(directory).expanduser() / part)
+    outputs.say(denv, f"prepared data saved to {directory} ({len(prepared['train'])} rows)")
+
+
 def _main(argv: list[str]) -> dict | None:
     cli.reject_old_args(argv, RENAMED)
     cli.reject_old_config_keys(argv, RENAMED)
@@ -83,20 +172,24 @@ def _main(argv: list[str]) -> dict | None:
 
     hub.check_model_path(model_args.model_name_or_path)
     data.check_data_path(script_args.dataset_name, "--dataset_name")
+    prepared_dir = prepared_data_dir()
+    if prepare_only():
+        return prepare_data(script_args, cfg, model_args, denv, prepared_dir)
+    if prepared_dir:
+        check_prepared(prepared_dir, data_parts(cfg))
     check_quantization(model_args)
     hf.touch_distributed(cfg)
 
     # One rank prepares (and caches) the data, the others then read the cache; SFTTrainer
     # tokenizes the same way. Timed (without model loading) for bench/bench_dataprep.py.
     t0 = time.perf_counter()
-    with cfg.main_process_first(local=False, desc="load dataset"):
-        train_ds = data.load_data(script_args.dataset_name, script_args.dataset_train_split,
-                                     script_args.dataset_config, script_args.dataset_streaming)
-        eval_ds = None
-        if cfg.eval_strategy != "no":
-            eval_ds = data.load_data(script_args.dataset_name, script_args.dataset_test_split,
-                                        script_args.dataset_config, script_args.dataset_streaming)
-    check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
+    if prepared_dir:  # memory-mapped by every rank at once: nothing to write, nothing to wait for
+        train_ds, eval_ds = load_prepared(prepared_dir, cfg)
+        outputs.say(denv, f"using the data prepared in {prepared_dir} (no tokenization here)")
+    else:
+        with cfg.main_process_first(local=False, desc="load dataset"):
+            train_ds, eval_ds = load_raw_data(script_args, cfg)
+        check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
     prep = time.perf_counter() - t0
 
     model, tokenizer = load_model(model_args, denv), load_tokenizer(model_args)

@@ -22,6 +22,8 @@ def test_check_accepts_layouts_that_fit(cluster):
         result = check(*layout)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "result: the layout can run" in result.stdout
+        # Slurm's own estimate (sbatch --test-only), for a het job and a plain one alike
+        assert "\nstart (sbatch --test-only): starts now on node[1-4]\n" in result.stdout, result.stdout
     assert "component 1 (2 node(s) x 2 GPU(s)): can run on node3, node4" in check(
         "--nodes", "4", "--gpus", "1,1,2,2").stdout
 
