@@ -163,18 +163,29 @@ def check_command(**params):
 
 
 @cli.command("watch")
-@click.argument("job_id")
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
-              help="The training output directory, for steps and loss from progress.jsonl.")
+              help="The training output directory, for steps and loss from progress.jsonl "
+                   "(one job; a sweep's runs name theirs in their logs).")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
-def watch_command(job_id, output_dir, interval, timeout):
-    """Follow JOB_ID until it ends: state, step, loss. Exit 0 only if it COMPLETED."""
-    from slurmgen.watch import watch
+def watch_command(job_ids, output_dir, interval, timeout):
+    """Follow JOB_ID until it ends: state, step, loss. Exit 0 only if it COMPLETED.
 
-    state = watch(job_id, output_dir and os.path.abspath(output_dir), interval, timeout)
-    click.echo(f"job {job_id}: {state}")
-    sys.exit(0 if state == "COMPLETED" else 1)
+    A job array or several JOB_IDs (a sweep's het jobs): one line per run until every run has
+    ended, then `sweep: N run(s): ...`; exit 0 only if every run COMPLETED.
+    """
+    from slurmgen.watch import follows_sweep, sweep_ok, sweep_summary, watch, watch_sweep
+
+    if not follows_sweep(job_ids):
+        state = watch(job_ids[0], output_dir and os.path.abspath(output_dir), interval, timeout)
+        click.echo(f"job {job_ids[0]}: {state}")
+        sys.exit(0 if state == "COMPLETED" else 1)
+    if output_dir:
+        fail("--output-dir goes with one job: a sweep's runs name their directories in their logs")
+    states, timed_out = watch_sweep(list(job_ids), interval, timeout)
+    click.echo(sweep_summary(states, timed_out))
+    sys.exit(0 if sweep_ok(states) and not timed_out else 1)
 
 
 @cli.command("report")

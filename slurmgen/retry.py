@@ -236,7 +236,16 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
     return 0
 
 
+def gone() -> int:
+    """0 when a node of this job is down or drained now: the warning that stopped the run came
+    from a lost node (25.11 signals the batch script), so it is a failure, not a restart."""
+    nodes = _expand(_job_fields(os.environ.get("SLURM_JOB_ID", "")).get("NodeList", ""))
+    return 0 if bad_nodes(nodes) else 1
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["gone"]:
+        return gone()
     if len(argv) >= 4 and argv[0] == "begin":
         return begin(Path(argv[1]), int(argv[2]), argv[3])
     if len(argv) >= 5 and argv[0] == "failed":

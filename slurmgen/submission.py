@@ -18,6 +18,7 @@ accounting); results from submitit's per-task result pickles. No torch here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
-from slurmgen import submitit_adapter, watch
+from slurmgen import submitit_adapter, sweep, watch
 from slurmgen.passthrough import split_sbatch
 from slurmgen.spec import DEFAULT_LOG_NAME, JobSpec, SpecError, container_args, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
@@ -90,9 +91,8 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.cpus_per_node is not None:
         raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
                         " task per GPU; use --cpus-per-gpu")
-    for given, option in ((spec.sweep, "--sweep"), (spec.prep, "--prep"), (spec.after, "--after")):
-        if given:
-            raise SpecError(f"{option}: not on python -m slurmgen.submit yet; use slurmgen render")
+    if spec.prep:
+        raise SpecError("--prep: not on python -m slurmgen.submit yet; use slurmgen render")
     if spec.log_name != DEFAULT_LOG_NAME:
         raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
                         " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
@@ -108,11 +108,15 @@ def time_minutes(spec: JobSpec) -> Optional[int]:
     return None if seconds is None else max(1, math.ceil(seconds / 60))
 
 
-def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None) -> dict:
+def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None, dependency: str = "") -> dict:
     """SlurmExecutor.update_parameters() arguments for one task per GPU. ``folder`` (submitit's,
-    where the stop file is) is mounted into a container, with the working directory."""
+    where the stop file is) is mounted into a container, with the working directory;
+    ``dependency`` is sbatch's, with --after's conditions added."""
     minutes = time_minutes(spec)
     extra = {"ntasks": world_size(spec), "gpus_per_task": 1}
+    dependency = sweep.dependency(spec.after, dependency)
+    if dependency:
+        extra["dependency"] = dependency
     if minutes is not None:
         extra["time"] = spec.time  # exactly as given, seconds included
     flags = dict(hint=spec.hint, threads_per_core=spec.threads_per_core, reservation=spec.reservation,
@@ -241,7 +245,7 @@ def srun_culprit(batch_log: str) -> Optional[tuple[int, str]]:
 
 
 # ---------------------------------------------------------------------------- submission
-def _executor(spec: JobSpec, folder: Path, local: bool):
+def _executor(spec: JobSpec, folder: Path, local: bool, dependency: str = ""):
     python = None if spec.python == "python3" else spec.python  # default: this interpreter
     if local:
         from submitit import LocalExecutor
@@ -254,7 +258,7 @@ def _executor(spec: JobSpec, folder: Path, local: bool):
                                                    max_num_timeout=spec.max_restarts, python=python)
     except RuntimeError as err:  # no srun on PATH
         raise SubmitError(f"{err} (use --local to run on this machine)") from None
-    executor.update_parameters(**slurm_parameters(spec, folder))
+    executor.update_parameters(**slurm_parameters(spec, folder, dependency))
     return executor
 
 
@@ -263,16 +267,22 @@ def default_folder(log_dir: str) -> str:
     return os.path.join(log_dir, "submitit")
 
 
-def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False) -> "Submission":
+def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
+               dependency: str = "") -> "Submission":
     """Submit `spec` (already validated) and return a handle at once.
 
     folder: where submitit keeps the job's pickles and the per-task logs
     ({job}_{task}_log.out/.err); default: <spec.log_dir>/submitit.
     local: run on this machine with submitit's LocalExecutor (world size = sum of GPUs).
+    dependency: sbatch's --dependency (a sweep's chain); --after's conditions are added.
     """
     check_submittable(spec)
+    if spec.sweep:
+        raise SpecError("--sweep: submit_sweep() submits a sweep, one job per run")
+    if local and spec.after:
+        raise SpecError("--after: not with --local (there is no Slurm job to wait for)")
     folder_path = Path(folder or default_folder(spec.log_dir)).expanduser().absolute()
-    executor = _executor(spec, folder_path, local)
+    executor = _executor(spec, folder_path, local, dependency)
     submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:
         # local: a Ctrl-C must reach only this process, which asks before cancelling
@@ -285,6 +295,25 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False)
     if not local:  # a local job dies with this process: nothing to attach to later
         _write_record(sub)
     return sub
+
+
+def submit_sweep(spec: JobSpec, folder: Optional[str] = None) -> list:
+    """A sweep's runs as Slurm jobs, one per run, run i after run i-N has ended (afterany), as
+    rendered het sweeps are. Not one submitit array: submitit builds arrays with a plain
+    SlurmExecutor of its own, which counts tasks as nodes x tasks-per-node (wrong for uneven
+    layouts) and always writes a time limit. Each run's values go to RUN_DIR/sweep.json first.
+    Returns [(Run, Submission)]."""
+    runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args)
+    waits = sweep.waits_for(len(runs), spec.max_parallel)
+    out: list = []
+    for run, wait in zip(runs, waits):
+        run_dir = Path(run.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "sweep.json").write_text(run.values_json() + "\n")
+        one = dataclasses.replace(spec, sweep=(), max_parallel=None, train_args=run.train_args)
+        chain = f"afterany:{out[wait][1].job_id}" if wait is not None else ""
+        out.append((run, submit_job(one, folder, dependency=chain)))
+    return out
 
 
 def _record_path(folder: Path, job_id: str) -> Path:

@@ -231,9 +231,38 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
             prefetch(spec, log=lambda line: click.echo(line, err=True))
         except PrefetchError as err:
             fail(str(err), JOB_FAILED)
+    if spec.sweep:
+        sys.exit(submit_sweep_and_follow(spec, folder, local, interval, detach))
     if not detach:
         sys.exit(submit_and_follow(spec, folder, local, interval))
     submit_and_say(spec, folder, local)
+
+
+def submit_sweep_and_follow(spec, folder, local: bool, interval: float, detach: bool) -> int:
+    """--sweep: one job per run (at most --max-parallel at once), then follow each to its end.
+    No retries here: a failed run is reported, and the others go on."""
+    from slurmgen.submission import SubmitError, submit_sweep
+
+    if local:
+        fail("--sweep: not with --local (runs would compete for this machine); submit to Slurm")
+    try:
+        pairs = submit_sweep(spec, folder)
+    except SubmitError as err:
+        fail(str(err), JOB_FAILED)
+    for run, sub in pairs:
+        click.echo(f"submitted job {sub.job_id}: run {run.index} ({run.label()}) -> {run.output_dir}")
+    click.echo(f"submitit folder: {pairs[0][1].folder}; at most {spec.max_parallel or len(pairs)} at once")
+    if detach:
+        return 0
+    codes = []
+    for run, sub in pairs:
+        click.echo(f"run {run.index} ({run.label()}), job {sub.job_id}:")
+        codes.append(follow(sub, ProgressPrinter(), interval))
+        if codes[-1] == INTERRUPTED:
+            return INTERRUPTED
+    done = sum(code == 0 for code in codes)
+    click.echo(f"sweep: {len(codes)} run(s): {done} completed, {len(codes) - done} failed")
+    return 0 if done == len(codes) else JOB_FAILED
 
 
 SUBMIT_ONLY = ("folder", "detach", "local", "interval")

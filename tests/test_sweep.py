@@ -102,8 +102,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     assert not out.exists() and not (tmp_path / "job-submit.sh").exists()
 
 
-def test_submit_path_refuses_a_sweep_for_now():
+def test_submit_path_refuses_prep_for_now():
     from slurmgen import submission
     from slurmgen.spec import JobSpec
-    with pytest.raises(SpecError, match=r"^--sweep: not on python -m slurmgen.submit yet; use slurmgen render$"):
-        submission.check_submittable(JobSpec(gpus=(1,), sweep=(("lr", ("1",)),), train_args=("--output_dir", "o")))
+    with pytest.raises(SpecError, match=r"^--prep: not on python -m slurmgen.submit yet; use slurmgen render$"):
+        submission.check_submittable(JobSpec(gpus=(1,), prep=True, train_args=("--output_dir", "o")))
+
+
+def test_submit_path_passes_the_dependency_to_sbatch():
+    """A sweep's chain and --after reach submitit's sbatch parameters as one --dependency."""
+    from slurmgen import submission
+    from slurmgen.spec import JobSpec
+    params = submission.slurm_parameters(JobSpec(gpus=(1,), after=(("7", "afterok"),)), None, "afterany:12_0")
+    assert params["additional_parameters"]["dependency"] == "afterany:12_0,afterok:7"
+    assert "dependency" not in submission.slurm_parameters(JobSpec(gpus=(1,)))["additional_parameters"]

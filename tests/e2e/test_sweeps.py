@@ -63,6 +63,12 @@ def test_a_uniform_sweep_is_one_array_and_the_report_ranks_it(cluster, assets, t
     array = slurm_helpers.submit(tmp_path / "job.sh", cwd=REPO)
     most = follow([array], timeout=720)
     assert most == 2, most  # four would fit; the array's %2 holds it to two
+    watched = subprocess.run([str(BIN / "slurmgen"), "watch", array, "--timeout", "60"], capture_output=True,
+                             text=True)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert watched.stdout.rstrip().endswith("sweep: 4 run(s): 4 COMPLETED"), watched.stdout
+    assert re.search(rf"^run 3 learning_rate=3e-2 seed=2  job {array}_3  COMPLETED  step 6/6 loss \d",
+                     watched.stdout, re.M), watched.stdout
     names = ["learning_rate-3e-3_seed-1", "learning_rate-3e-3_seed-2", "learning_rate-3e-2_seed-1",
              "learning_rate-3e-2_seed-2"]
     assert sorted(p.name for p in sweep_dir.iterdir()) == sorted(names)
@@ -136,3 +142,36 @@ def test_prep_runs_first_and_training_does_not_tokenize(cluster, assets, tmp_pat
     assert f"slurmgen-train: using the data prepared in {tmp_path / 'run' / 'prepared-data'}" in train_log
     assert "Tokenizing" not in train_log and " train dataset:" not in train_log, train_log[-3000:]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["global_step"] == 6
+
+
+@pytest.mark.timeout(600)
+def test_submit_path_runs_a_sweep_one_job_per_run(cluster, assets, tmp_path):
+    """python -m slurmgen.submit --sweep: a job per run, the second after the first has ended
+    (--max-parallel 1, though the cluster could run both), each with its own values and metrics."""
+    import os
+    import sys
+
+    train = ddp_args(assets, tmp_path, 6)
+    train[train.index("--output_dir") + 1] = str(tmp_path / "sweep")
+    cmd = [sys.executable, "-m", "slurmgen.submit", "--folder", str(tmp_path / "submitit"), "--cpus-per-gpu", "1",
+           *OFFLINE, "--nodes", "1", "--gpus", "1", "--module", "train.ddp_loop", "--sweep", "lr=3e-3,1e-2",
+           "--max-parallel", "1", "--", *train]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    most = 0
+    while proc.poll() is None:
+        jobs = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout
+        most = max(most, len(jobs.split()))
+        time.sleep(0.3)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, (out + err)[-4000:]
+    ids = re.findall(r"^submitted job (\d+): run (\d) \(lr=(\S+)\)", out, re.M)
+    assert [(r, lr) for _, r, lr in ids] == [("0", "3e-3"), ("1", "1e-2")], out
+    assert out.rstrip().endswith("sweep: 2 run(s): 2 completed, 0 failed"), out
+    assert most == 1, most
+    first, second = (slurm_helpers.job_info(job) for job, _, _ in ids)
+    assert second["StartTime"] >= first["EndTime"]
+    for lr in ("3e-3", "1e-2"):
+        run = tmp_path / "sweep" / f"lr-{lr}"
+        assert json.loads((run / "sweep.json").read_text()) == {"lr": lr}
+        assert json.loads((run / "metrics.json").read_text())["global_step"] == 6

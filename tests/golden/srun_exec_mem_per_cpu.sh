@@ -36,7 +36,7 @@ export MASTER_ADDR MASTER_PORT
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=4
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
-# Stop file: made on a warning. Outcome file: rank 0 writes "stopped|finished STEP".
+# Stop file: made on a warning; outcome: "stopped|finished STEP".
 LOGS=/tmp/slurmgen-golden-logs
 export SLURMGEN_STOP_FILE="$LOGS/.stop-$SLURM_JOB_ID" SLURMGEN_OUTCOME_FILE="$LOGS/.outcome-$SLURM_JOB_ID"
 # Finished is final (Slurm 25.11 may requeue a preempted job twice).
@@ -45,7 +45,7 @@ rm -f "$SLURMGEN_STOP_FILE" "$SLURMGEN_OUTCOME_FILE"
 RESTARTS_FILE="$LOGS/.restarts-$SLURM_JOB_ID"
 RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 4, master $MASTER_ADDR:$MASTER_PORT"
-# Failures (hangs, crashes, lost nodes) are counted apart; ranks beat here per step.
+# Failures are counted apart; ranks beat here per step.
 FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
 python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 2:2
 (( $? != 3 )) || exit 1  # 3: too many failures
@@ -130,9 +130,10 @@ requeue_or_finish() {  # exit status
         # Slurm requeues it at the end of its GraceTime.
         echo "slurmgen: ${step:+checkpoint saved at step $step; }job $SLURM_JOB_ID preempted: Slurm requeues it"
         exec sleep 3600
+    elif python3 -m slurmgen.retry gone; then  # a node was lost
+        python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 2:2 node; exit
     elif (( RESTARTS < MAX_RESTARTS )); then
         echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID (restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS)"
-        # Fails if Slurm requeued it (a node failed): the next run counts that.
         scontrol requeue "$SLURM_JOB_ID" && { echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"; rm -f "$FAILURES_FILE.running"; exit 0; }
         echo "slurmgen: scontrol requeue failed" >&2
         exit 1
