@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -124,7 +125,13 @@ def test_an_uneven_sweep_is_het_jobs_at_most_two_at_once(cluster, assets, tmp_pa
 def test_prep_runs_first_and_training_does_not_tokenize(cluster, assets, tmp_path):
     """--prep: a CPU-only job tokenizes once; the training job starts after it succeeded and
     loads the prepared data."""
-    done = render(tmp_path, ["--nodes", "1", "--gpus", "1", "--prep"], sft_args(assets, tmp_path, steps=6))
+    # A copy of the data under a new path: datasets caches tokenized sets by path, and earlier
+    # SFT tests have tokenized the shared one (a cache hit prints no "Tokenizing").
+    data = tmp_path / "text.jsonl"
+    shutil.copy(assets / "data" / "text.jsonl", data)
+    train = sft_args(assets, tmp_path, steps=6)
+    train[train.index("--dataset_name") + 1] = str(data)
+    done = render(tmp_path, ["--nodes", "1", "--gpus", "1", "--prep"], train)
     submitter = tmp_path / "job-submit.sh"
     assert done.stdout.rstrip().endswith(f"submit with: bash {submitter}"), done.stdout
     out = subprocess.run(["bash", str(submitter)], cwd=REPO, capture_output=True, text=True, timeout=60)
