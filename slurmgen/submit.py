@@ -224,6 +224,9 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         check_submittable(spec)
     except SpecError as err:
         fail(str(err))
+    if local and (spec.after or spec.sweep):
+        fail(f"{'--sweep' if spec.sweep else '--after'}: not with --local, which runs one job on this machine"
+             " without Slurm")
     if spec.offline:  # as `render --offline` does: fill the shared cache here, ranks read it offline
         from slurmgen.prefetch import PrefetchError, prefetch
 
@@ -232,19 +235,17 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         except PrefetchError as err:
             fail(str(err), JOB_FAILED)
     if spec.sweep:
-        sys.exit(submit_sweep_and_follow(spec, folder, local, interval, detach))
+        sys.exit(submit_sweep_and_follow(spec, folder, interval, detach))
     if not detach:
         sys.exit(submit_and_follow(spec, folder, local, interval))
     submit_and_say(spec, folder, local)
 
 
-def submit_sweep_and_follow(spec, folder, local: bool, interval: float, detach: bool) -> int:
+def submit_sweep_and_follow(spec, folder, interval: float, detach: bool) -> int:
     """--sweep: one job per run (at most --max-parallel at once), then follow each to its end.
     No retries here: a failed run is reported, and the others go on."""
     from slurmgen.submission import SubmitError, submit_sweep
 
-    if local:
-        fail("--sweep: not with --local (runs would compete for this machine); submit to Slurm")
     try:
         pairs = submit_sweep(spec, folder)
     except SubmitError as err:

@@ -116,3 +116,14 @@ def test_submit_path_passes_the_dependency_to_sbatch():
     params = submission.slurm_parameters(JobSpec(gpus=(1,), after=(("7", "afterok"),)), None, "afterany:12_0")
     assert params["additional_parameters"]["dependency"] == "afterany:12_0,afterok:7"
     assert "dependency" not in submission.slurm_parameters(JobSpec(gpus=(1,)))["additional_parameters"]
+
+
+@pytest.mark.parametrize("option", [["--sweep", "lr=1,2"], ["--after", "12"]])
+def test_submit_local_refuses_sweeps_and_dependencies(tmp_path, option):
+    from slurmgen.submit import submit_command
+    result = CliRunner().invoke(submit_command, ["--local", "--log-dir", str(tmp_path), *option, "--",
+                                                 "--output_dir", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert result.stderr == (f"slurmgen: error: {option[0]}: not with --local, which runs one job on this machine"
+                             " without Slurm\n")
+    assert not (tmp_path / "o").exists()
