@@ -95,7 +95,7 @@ JOB_OPTIONS = [
                                 help="Slurm release the job is for, e.g. 25.11 [default: that of the sbatch installed here].")),
     (("--sweep",), dict(multiple=True, metavar="KEY=V1,V2",
                         help="Run once per value of training argument --KEY (repeatable: every combination); each run writes to --output_dir/NAME.")),
-    (("--sweep-mode",), dict(type=click.Choice(["product", "zip"]), default="product", show_default=True,
+    (("--sweep-mode",), dict(type=click.Choice(list(sweep.MODES)), default="product", show_default=True,
                              help="product: every combination of the --sweep values; zip: the first values together, then the second...")),
     (("--max-parallel",), dict(type=int, default=None, metavar="N", help="Runs of a sweep at once [default: all].")),
     (("--after",), dict(multiple=True, metavar="JOB[:ok|any]",
