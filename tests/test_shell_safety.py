@@ -1,7 +1,10 @@
 """Shell safety, proven by property: arbitrary printable values in the job name, environment
 values, setup lines' arguments, paths, log names, pass-through sbatch, srun and launcher
 arguments, the program and training arguments give scripts that pass `bash -n` and shellcheck,
-and, run with recording stand-ins, every value arrives byte for byte."""
+and, run with recording stand-ins, every value arrives byte for byte.
+
+shellcheck takes most of the time per script; it lints the drawn scripts in batches (one process
+for LINT_BATCH scripts) once every example has run, and a finding names the example's values."""
 import os
 import shlex
 import shutil
@@ -18,6 +21,7 @@ from slurmgen.render import render, shell_quote
 from slurmgen.spec import JobSpec
 
 EXAMPLES = int(os.environ.get("SLURMGEN_FUZZ_EXAMPLES", "2000"))
+LINT_BATCH = 250
 # Printable text with a bias to what breaks shells: quotes, $, backticks, backslashes, globs, #.
 NASTY = "'\"$`\\ !*?[]{}();&|<>#~%=-\t"
 printable = st.text(
@@ -75,13 +79,47 @@ def safe_log_name(text: str) -> str:
     return name + ".log" if name in (".", "..") else name
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(job_name=printable, env_value=printable, setup_arg=printable, dir_name=printable,
-       train_args=st.lists(printable, max_size=4), log_name=printable, passed=printable,
-       run_exec=st.booleans())
-def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, dir_name, train_args,
-                                     log_name, passed, run_exec):
+def test_values_arrive_byte_for_byte(shim_dir, tmp_path):
+    drawn = []  # the values of each example, in order; its script is tmp_path/lint/N.sh
+    lint_dir = tmp_path / "lint"
+    lint_dir.mkdir()
+    each_example(shim_dir, lint_dir, drawn)
+    assert len(drawn) == EXAMPLES
+    findings = lint(sorted(lint_dir.iterdir(), key=lambda p: int(p.stem)))
+    assert not findings, "shellcheck found, for these drawn values:\n" + "\n\n".join(
+        f"{drawn[int(Path(name).stem)]}\n{text}" for name, text in sorted(findings.items())[:5])
+
+
+def lint(scripts: list[Path]) -> dict[str, str]:
+    """shellcheck's findings by script, one shellcheck process per LINT_BATCH scripts."""
+    findings: dict[str, list[str]] = {}
+    for start in range(0, len(scripts), LINT_BATCH):
+        batch = [str(p) for p in scripts[start:start + LINT_BATCH]]
+        run = subprocess.run(["shellcheck", "--severity=style", "--format=gcc", *batch],
+                             capture_output=True, text=True)
+        assert run.returncode in (0, 1) and not run.stderr, run.stderr  # 1: findings, below
+        for line in run.stdout.splitlines():
+            findings.setdefault(line.split(":", 1)[0], []).append(line)
+        assert (run.returncode == 1) == any(name in findings for name in batch), run.stdout
+    return {name: "\n".join(lines) for name, lines in findings.items()}
+
+
+def each_example(shim_dir, lint_dir, drawn):
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(job_name=printable, env_value=printable, setup_arg=printable, dir_name=printable,
+           train_args=st.lists(printable, max_size=4), log_name=printable, passed=printable,
+           run_exec=st.booleans())
+    def example(**values):
+        (lint_dir / f"{len(drawn)}.sh").write_text(check_example(shim_dir, **values))
+        drawn.append(values)
+
+    example()
+
+
+def check_example(shim_dir, job_name, env_value, setup_arg, dir_name, train_args, log_name, passed, run_exec):
+    """Render one drawn example, check it with `bash -n`, run it with the stand-ins and compare
+    every value byte for byte; returns the script for the batched shellcheck."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         safe_dir = dir_name.replace("/", "_")
@@ -105,8 +143,6 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
         job.write_text(text)
         log_dir.mkdir()
         subprocess.run(["bash", "-n", str(job)], check=True)
-        lint = subprocess.run(["shellcheck", "--severity=style", str(job)], capture_output=True, text=True)
-        assert lint.returncode == 0, lint.stdout
         env = dict(os.environ, PATH=f"{shim_dir}:{os.environ['PATH']}", SHIM_DIR=str(root),
                    SLURM_JOB_ID="42", SLURM_JOB_NODELIST="node1", SLURMGEN_POLL_SECONDS="0.02")
         env.pop("FUZZ_VALUE", None)
@@ -125,3 +161,4 @@ def test_values_arrive_byte_for_byte(shim_dir, job_name, env_value, setup_arg, d
         assert sbatch_value(text, "comment") == passed
         assert sorted(p.name for p in root.iterdir()) == sorted(
             ["argv", "env", "job.sh", log_dir.name, script_path.name, "setup.out", "srun_argv"])
+        return text

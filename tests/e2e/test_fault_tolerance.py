@@ -2,7 +2,7 @@
 
 Each test runs real jobs rendered by `slurmgen render`, with real srun and torchrun:
 
-* time limit: `--time 3 --grace 30`; Slurm's own warning (USR2 to the batch shell) makes every
+* time limit: `--time 2 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
   rank checkpoint, the script requeues the job, the next run resumes at exactly that step and
   finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
   finish before the warning however idle the machine is);
@@ -259,15 +259,16 @@ class DirWatch:
 
 # ----------------------------------------------------------------------------- tests
 # Slurm checks time limits every 30 s and sends the warning early rather than late: it arrives
-# GRACE to GRACE + 30 s before the limit, here 120 to 150 s after the start. train.sft reaches
-# its first step at least 15 s after the start, so the first run trains at most 135 s; its steps
-# pause 3 s each (first run only), so 46 steps take over 138 s: it cannot finish, whatever the
-# machine's load, and stops at about step 20 to 30. The resumed run has no pause: its 16 to 26
-# steps take 1 to 2.5 s each, and it ends 50 to 110 s after its start, before its own warning. A
-# warning that still lands after its last stop check (a slow machine) must not requeue the
-# finished run; a third run, if steps are slower still, is checked the same way.
-TIME_LIMIT = ["--time", "3", "--grace", "30", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
-TIME_LIMIT_STEPS = 46
+# GRACE to GRACE + 30 s before the limit, here 60 to 90 s after the start. train.sft reaches its
+# first step at least 15 s after the start, so the first run trains at most 75 s; its steps pause
+# 3 s each (first run only), so 30 steps take over 90 s: it cannot finish, whatever the machine's
+# load, and stops at about step 10 to 25. The resumed run has no pause: its 5 to 20 steps take 1
+# to 2.5 s each, and it ends 20 to 65 s after its start, mostly before its own warning. A warning
+# that still lands after its last stop check (a slow machine) must not requeue the finished run;
+# a third run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest
+# that lets the first run reach its first step before the warning.)
+TIME_LIMIT = ["--time", "2", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
+TIME_LIMIT_STEPS = 30
 
 
 @pytest.mark.core

@@ -32,7 +32,8 @@ from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, p
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop"]
 CLUSTER = REPO / "tests" / "localcluster.sh"
 STATE = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
-HANG_TIMEOUT = 20
+# As in the healthy run below, which shows that 10 s raises no false alarm on a healthy job.
+HANG_TIMEOUT = 10
 
 
 def _layout() -> dict[str, str]:
@@ -204,8 +205,8 @@ def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
     job = render_and_submit(
         tmp_path, ["--nodes", "2", "--gpus", "1", "--module", "train.ddp_loop", "--hang-timeout", "10",
                    "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4"],
-        ddp_args(assets, tmp_path, 100, save_steps=25), timeout=600)
-    finished_every_step(tmp_path, job, 100)
+        ddp_args(assets, tmp_path, 80, save_steps=20), timeout=600)
+    finished_every_step(tmp_path, job, 80)
     first, last = progress_times(tmp_path / "run")
     assert last - first >= 3 * 10, (first, last)
     assert not reports(tmp_path, job.job_id) and "slurmgen: hang" not in job.log, job.log[-4000:]
