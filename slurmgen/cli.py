@@ -102,6 +102,9 @@ def render_command(ctx, output, show_config, check_first, **params):
     else:
         write_atomically(output, text)
     info = summary(plan)
+    profile = ctx.meta.get("slurmgen.profile")
+    if profile and profile[1]:
+        info += f"\nprofile [{profile[0]}] applied from {profile[1]}"
     if submitter:
         prep = ""
         if spec.prep:

@@ -2,13 +2,17 @@
 
 Looked up as ./slurmgen.toml, else $XDG_CONFIG_HOME/slurmgen/slurmgen.toml (~/.config/...).
 Keys are the long option names; command-line options win because profiles only fill click's
-default_map.
+default_map. A profile's `setup` lines are shell code that every job runs, so, as ssh does with its
+config, a file that another user owns or that others may write is refused.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
+import shlex
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +33,24 @@ def profile_file() -> Optional[Path]:
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     user = Path(config) / "slurmgen" / FILE_NAME
     return user if user.is_file() else None
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_trusted(path: Path) -> None:
+    """Refuse a profile owned by another user (root aside) or writable by group or others."""
+    info = path.stat()
+    if info.st_uid not in (os.getuid(), 0):
+        raise SpecError(f"{path}: owned by {_owner(info.st_uid)}, not by you: a profile's setup lines run in"
+                        f" every job, so slurmgen uses only your own (copy it, or pass its options instead)")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SpecError(f"{path}: writable by others (mode {stat.S_IMODE(info.st_mode):04o}): a profile's"
+                        f" setup lines run in every job; make it yours alone with: chmod go-w {shlex.quote(str(path))}")
 
 
 def _line_of(text: str, key: str) -> int:
@@ -56,6 +78,7 @@ def load(name: Optional[str], params: dict, path: Optional[Path] = None) -> tupl
         if name:
             raise SpecError(f"--profile {name!r}: no {FILE_NAME} in this directory or the user config directory")
         return {}, None
+    check_trusted(path)
     text = path.read_text()
     try:
         data = tomllib.loads(text)

@@ -88,3 +88,38 @@ def test_a_profile_carries_the_options_of_real_training_scripts(render_args, tmp
     assert "--kill-on-bad-exit=1 '--cpu-bind=cores' \\" in text
     assert "--rdzv-conf=timeout=300 '--tee=3' \\" in text
     assert "getent ahostsv4" in text
+
+
+def test_the_summary_names_the_profile_file_it_applied(render_args, profile_dir):
+    result = render_args("render", "--profile", "big")
+    assert result.exit_code == 0, result.output
+    assert f"profile [big] applied from {profile_dir / 'slurmgen.toml'}" in result.output.splitlines()
+    result = render_args("render", "--no-preflight")
+    assert f"profile [default] applied from {profile_dir / 'slurmgen.toml'}" in result.output.splitlines()
+
+
+def test_a_profile_others_may_write_is_refused(render_args, profile_dir):
+    path = profile_dir / "slurmgen.toml"
+    path.chmod(0o666)
+    result = render_args("render")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"slurmgen: error: {path}: writable by others (mode 0666): a profile's setup lines run in every job;"
+        f" make it yours alone with: chmod go-w {path}")
+    assert not (profile_dir / "generated.sh").exists()
+
+
+def test_a_profile_owned_by_another_user_is_refused(render_args, profile_dir):
+    import os
+    import pwd
+
+    if os.getuid() != 0:
+        pytest.skip("only root can give a file to another user")  # CI and `make test` run as root
+    path = profile_dir / "slurmgen.toml"
+    os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    result = render_args("render")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"slurmgen: error: {path}: owned by nobody, not by you: a profile's setup lines run in every job, so"
+        " slurmgen uses only your own (copy it, or pass its options instead)")
+    assert not (profile_dir / "generated.sh").exists()

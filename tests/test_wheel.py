@@ -41,3 +41,20 @@ def test_wheel_installs_and_finds_templates(tmp_path):
                             "import slurmgen.render as r; print(r.template_dir())"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(fresh)), where
+
+
+def test_the_train_extra_keeps_a_sites_own_torch():
+    """[train] takes a range of torch versions, so installing slurmgen does not replace a site's
+    CUDA build; only the Makefile and CI pin the CPU build they test with."""
+    import configparser
+
+    from packaging.requirements import Requirement
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    reqs = [Requirement(line) for line in cfg["options.extras_require"]["train"].splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+    torch = next(r for r in reqs if r.name == "torch")
+    assert not any(spec.operator in ("==", "===") for spec in torch.specifier), torch
+    assert all(torch.specifier.contains(v) for v in ("2.6.0", "2.13.0", "2.13.0+cu128")), torch
+    assert "torch==2.13.0" in (REPO / "Makefile").read_text()
