@@ -6,10 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER := tests/localcluster.sh
 PYTEST_ARGS ?=
-# Two pytest-xdist workers: the cluster tests run one after another on one of them (the
-# xdist_group in tests/conftest.py), the tests that need no cluster on the other, so neither
-# waits for the other. PARALLEL= runs everything in one process.
-PARALLEL ?= -n 2 --dist loadgroup
+# SPLIT=1: the cluster tests and the others in two pytest processes at once (tests/run_suite.sh),
+# so neither waits for the other; SPLIT=0 runs everything in one process.
+SPLIT ?= 1
 # Which Slurm the cluster runs: system (Debian's 22.05) or a version built from ../shared/slurm
 # (24.11, 25.11): `make test SLURM=25.11`.
 SLURM ?= system
@@ -45,13 +44,13 @@ test: venv system-deps
 		else $(CLUSTER) up --slurm $(SLURM) && started=1 || exit 1; fi; \
 	fi; \
 	status=0; \
-	PATH="$(TEST_PATH)" $(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS) || status=$$?; \
+	PATH="$(TEST_PATH)" SLURMGEN_SPLIT=$(SPLIT) bash tests/run_suite.sh $(PY) $(PYTEST_ARGS) || status=$$?; \
 	if [ $$started = 1 ]; then $(CLUSTER) down; fi; \
 	exit $$status
 
 # Unit tests only: no cluster needed.
 unit: venv
-	$(PY) -m pytest $(PARALLEL) -m "not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
 
 demo: venv system-deps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash tests/demo.sh

@@ -56,11 +56,3 @@ def pytest_report_header(config):
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"end-to-end tests ran on: {cluster_profile()}")
 
-
-def pytest_collection_modifyitems(items):
-    """With pytest-xdist (`make test` runs two workers), every test that uses the cluster runs on
-    one worker, one after another as without xdist (they drain nodes, restart the cluster and
-    expect an idle one), while the other worker takes the tests that need no cluster."""
-    for item in items:
-        if "cluster" in item.keywords or "/tests/e2e/" in str(item.fspath):
-            item.add_marker(pytest.mark.xdist_group("cluster"))

@@ -207,6 +207,26 @@ def nudge(job_id: JobId) -> bool:
     return proc.returncode == 0
 
 
+# slurmd refuses a launch credential issued in the same second as the job's requeue ("Job
+# credential revoked": the job then FAILS), which is why Slurm holds a requeued job. A nudge this
+# many seconds after the requeue (SubmitTime is reset to it) is safe.
+NUDGE_AFTER = 3
+
+
+def nudge_requeued(job_id: JobId, timeout: float = 30) -> bool:
+    """``nudge`` a requeued (PENDING) job once its requeue is NUDGE_AFTER seconds old, by Slurm's
+    clock (SubmitTime) and by ours (for an instant after a requeue SubmitTime can still be the old
+    one)."""
+    first_seen = time.monotonic()
+    deadline = first_seen + timeout
+    while time.monotonic() < deadline:
+        submitted = time.mktime(time.strptime(job_info(job_id)["SubmitTime"], "%Y-%m-%dT%H:%M:%S"))
+        if time.monotonic() - first_seen > NUDGE_AFTER and time.time() > submitted + NUDGE_AFTER:
+            return nudge(job_id)
+        time.sleep(0.2)
+    return False
+
+
 def cancel(job_id: JobId) -> None:
     """``scancel JOB`` (errors ignored: the job may have ended)."""
     _run(["scancel", str(job_id)], timeout=30)

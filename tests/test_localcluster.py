@@ -217,8 +217,8 @@ def test_requeued_het_job_restarts_after_a_nudge(nodes, tmp_path):
     job_id = sh.submit(path, "-o", str(tmp_path / "rq.out"), cwd=tmp_path)
     sh.wait_state(job_id, lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING", timeout=60)
     # Slurm holds a requeued job ~2 minutes (EligibleTime) and an idle cluster's backfill pass does
-    # not look again: nudge it (tests only)
-    assert sh.nudge(job_id)
+    # not look again: nudge it (tests only), once the requeue is a few seconds old
+    assert sh.nudge_requeued(job_id)
     result = sh.wait_job(job_id, timeout=60)
     out = (tmp_path / "rq.out").read_text()
     assert result["State"] == "COMPLETED", out

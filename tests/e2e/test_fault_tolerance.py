@@ -96,10 +96,7 @@ def slurm_time(text: str) -> float:
     return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
 
 
-# slurmd refuses a credential issued in the same second as the job's requeue ("Job credential
-# revoked": the job then FAILS), which is why Slurm holds a requeued job for ~120 s. A nudge a
-# few seconds after the requeue (SubmitTime is reset to it) is safe.
-NUDGE_AFTER = 3
+NUDGE_AFTER = slurm_helpers.NUDGE_AFTER  # see there: a nudge too soon after a requeue fails the job
 
 
 def wait_with_nudges(job_id: str, timeout: float) -> dict:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The suite as `make test` runs it: PYTHON -m pytest ARGS, in two processes at once when
+# SLURMGEN_SPLIT=1: the cluster tests (marked `cluster`) one after another in one, as they need
+# (they drain nodes, restart the cluster, expect an idle one), and every other test in the other,
+# which fills the CPU the cluster tests leave idle (jobs waiting on Slurm, requeue holds, hang
+# timeouts). The second one's output follows the first's; the status is the worse of the two.
+# (pytest-xdist's loadgroup would do this in one process, but with pytest 9 it ignores groups.)
+set -uo pipefail
+python=$1
+shift
+[[ ${SLURMGEN_SPLIT:-0} == 1 ]] || exec "$python" -m pytest "$@"
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+# its own temporary root and no cache writes: the two processes share nothing on disk
+"$python" -m pytest -m "not cluster" -p no:cacheprovider --basetemp="$(mktemp -d)" "$@" >"$out" 2>&1 &
+others=$!
+"$python" -m pytest -m cluster "$@"
+cluster=$?
+wait "$others"
+rest=$?
+echo
+echo "=== the tests that need no cluster, run beside the cluster tests ==="
+cat "$out"
+# pytest's 5 ("no tests collected") only when neither ran a test
+if [[ $cluster == 5 && $rest == 5 ]]; then exit 5; fi
+for rc in "$cluster" "$rest"; do [[ $rc == 0 || $rc == 5 ]] || exit "$rc"; done
+exit 0
