@@ -16,6 +16,11 @@ from typing import Optional
 LAUNCHERS = ("torchrun", "srun", "accelerate")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 DEFAULT_MODULE = "train.sft"
+# The entry points slurmgen ships (the `train` package). A `train.py` in the job's working
+# directory (the seed's own file name) would shadow them, since `python -m` puts that directory
+# first on sys.path; the submit path imports them without it (slurmgen.task). A user's own
+# --module keeps Python's rule.
+SHIPPED_MODULES = ("train.sft", "train.classify", "train.ddp_loop")
 DEFAULT_PORT_RANGE = (20000, 29999)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

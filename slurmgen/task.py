@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from slurmgen.spec import job_port, train_arg
+from slurmgen.spec import SHIPPED_MODULES, job_port, train_arg
 from slurmgen.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
                                        preempt_signal)
 
@@ -191,6 +191,21 @@ def _leave_without_finalization() -> None:
     os._exit(0)
 
 
+def import_entry_point(name: str):
+    """Import the training module: a shipped entry point (train.*) never from the working
+    directory, where a user's train.py would shadow the package (the task process started with
+    `python -m`, so that directory is first on sys.path); a user's own module as Python would."""
+    if name not in SHIPPED_MODULES:
+        return importlib.import_module(name)
+    here = {"", ".", os.getcwd()}
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if p not in here and os.path.abspath(p) != os.getcwd()]
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+
+
 def _one_line_excepthook() -> None:
     previous = sys.excepthook  # torch may have put its own in place
 
@@ -270,7 +285,7 @@ class TrainTask:
 
                 runpy.run_path(name, run_name="__main__")
                 return None
-            return importlib.import_module(name).main(list(self.train_args))
+            return import_entry_point(name).main(list(self.train_args))
         except SystemExit as exit_:
             if stop.requested:
                 raise  # submitit's handler requeued the job and is exiting
