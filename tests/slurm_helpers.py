@@ -213,15 +213,25 @@ def nudge(job_id: JobId) -> bool:
 NUDGE_AFTER = 3
 
 
+def slurm_time(text: str) -> float:
+    """Seconds since the epoch for a Slurm timestamp (local time, as scontrol prints it)."""
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def requeue_is_old(info: Dict, seen_since: float) -> bool:
+    """Whether a requeued job's requeue is NUDGE_AFTER seconds old, by Slurm's clock (SubmitTime
+    is reset to it) and by ours since ``seen_since`` (monotonic; for an instant after a requeue
+    SubmitTime can still be the old one: a nudge 3 ms after one failed the job)."""
+    return (time.monotonic() - seen_since > NUDGE_AFTER
+            and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER)
+
+
 def nudge_requeued(job_id: JobId, timeout: float = 30) -> bool:
-    """``nudge`` a requeued (PENDING) job once its requeue is NUDGE_AFTER seconds old, by Slurm's
-    clock (SubmitTime) and by ours (for an instant after a requeue SubmitTime can still be the old
-    one)."""
-    first_seen = time.monotonic()
-    deadline = first_seen + timeout
+    """``nudge`` a requeued (PENDING) job once ``requeue_is_old``."""
+    seen_since = time.monotonic()
+    deadline = seen_since + timeout
     while time.monotonic() < deadline:
-        submitted = time.mktime(time.strptime(job_info(job_id)["SubmitTime"], "%Y-%m-%dT%H:%M:%S"))
-        if time.monotonic() - first_seen > NUDGE_AFTER and time.time() > submitted + NUDGE_AFTER:
+        if requeue_is_old(job_info(job_id), seen_since):
             return nudge(job_id)
         time.sleep(0.2)
     return False

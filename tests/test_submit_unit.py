@@ -667,24 +667,23 @@ def test_exec_target_runs_the_program_and_reports_its_status(tmp_path, monkeypat
         task.TrainTask(target=("exec", "no-such-program"))._run(stop)
 
 
-def test_a_train_py_in_the_working_directory_does_not_shadow_the_entry_points(tmp_path, monkeypatch):
+def test_a_train_py_in_the_working_directory_does_not_shadow_the_entry_points(tmp_path):
     """The seed's user keeps their own train.py where they submit; the submit path's task process
     (started with `python -m`, so that directory leads sys.path) still imports slurmgen's train.*,
-    while a user's own module is imported as Python would, from that directory."""
-    import importlib
-
-    from slurmgen.task import import_entry_point
+    while a user's own module is imported as Python would, from that directory. (In a process of
+    its own: importing train.* afresh here would leave two copies of its modules to other tests.)"""
+    import subprocess
 
     (tmp_path / "train.py").write_text("raise SystemExit('the user train.py was imported')\n")
     (tmp_path / "mine.py").write_text("WHERE = 'the working directory'\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend("")
-    for name in [m for m in sys.modules if m == "train" or m.startswith("train.")]:
-        monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(SystemExit, match="the user train.py"):
-        importlib.import_module("train")  # what `python -m train.ddp_loop` would have found
-    monkeypatch.delitem(sys.modules, "train", raising=False)
-    entry = import_entry_point("train.ddp_loop")
-    assert Path(entry.__file__).parent == Path(__file__).resolve().parent.parent / "train"
-    assert "" in sys.path  # put back for the user's code
-    assert import_entry_point("mine").WHERE == "the working directory"
+    code = ("import importlib.util, sys\n"
+            "print(importlib.util.find_spec('train').origin)  # what a plain import would find\n"
+            "from slurmgen.task import import_entry_point\n"
+            "print(import_entry_point('train.ddp_loop').__file__)\n"
+            "print('' in sys.path, import_entry_point('mine').WHERE)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [str(tmp_path / "train.py"),
+                                       str(Path(__file__).resolve().parent.parent / "train" / "ddp_loop.py"),
+                                       "True the working directory"]

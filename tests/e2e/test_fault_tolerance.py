@@ -18,7 +18,7 @@ Each test runs real jobs rendered by `slurmgen render`, with real srun and torch
 
 A requeued job is held ~120 s (EligibleTime) and, on an idle cluster, waits for the backfill
 scheduler to look again: the tests nudge it (`slurm_helpers.nudge`) once it is PENDING with
-Restarts >= 1 and its requeue is NUDGE_AFTER seconds old. The generated script does not depend
+Restarts >= 1 and its requeue is slurm_helpers.NUDGE_AFTER seconds old. The generated script does not depend
 on the nudge. Runs each test once; the whole file takes about 6 to 7 minutes.
 """
 from __future__ import annotations
@@ -91,22 +91,11 @@ def wait_progress(job_id: str, run_dir: Path, steps: int, timeout: float = 180) 
         time.sleep(0.3)
 
 
-def slurm_time(text: str) -> float:
-    """Seconds since the epoch for a Slurm timestamp (local time, as scontrol prints it)."""
-    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-
-
-NUDGE_AFTER = slurm_helpers.NUDGE_AFTER  # see there: a nudge too soon after a requeue fails the job
-
-
 def wait_with_nudges(job_id: str, timeout: float) -> dict:
     """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1)."""
     deadline = time.monotonic() + timeout
     last_nudge = 0.0
-    # When this test first saw the job pending after each requeue: for an instant after the
-    # requeue, SubmitTime can still be the old one (seen: a nudge 3 ms after the requeue, "Job
-    # credential revoked", FAILED), so the test's own clock must agree too.
-    pending_since: dict[str, float] = {}
+    pending_since: dict[str, float] = {}  # when this test first saw the job pending after each requeue
     while True:
         try:
             info = slurm_helpers.job_info(job_id)
@@ -119,8 +108,7 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
             restarts = info.get("Restarts", "0") or "0"
             if pending and int(restarts) >= 1:
                 since = pending_since.setdefault(restarts, time.monotonic())
-                if (time.monotonic() - since > NUDGE_AFTER and time.monotonic() - last_nudge > 2
-                        and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER):
+                if slurm_helpers.requeue_is_old(info, since) and time.monotonic() - last_nudge > 2:
                     slurm_helpers.nudge(job_id)
                     last_nudge = time.monotonic()
         if time.monotonic() > deadline:
