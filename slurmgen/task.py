@@ -197,9 +197,8 @@ def import_entry_point(name: str):
     `python -m`, so that directory is first on sys.path); a user's own module as Python would."""
     if name not in SHIPPED_MODULES:
         return importlib.import_module(name)
-    here = {"", ".", os.getcwd()}
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if p not in here and os.path.abspath(p) != os.getcwd()]
+    here, saved = os.getcwd(), list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p) != here]  # "" and "." too
     try:
         return importlib.import_module(name)
     finally:

@@ -55,4 +55,3 @@ def pytest_report_header(config):
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"end-to-end tests ran on: {cluster_profile()}")
-
