@@ -6,9 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CLUSTER := tests/localcluster.sh
 PYTEST_ARGS ?=
-# SPLIT=1: the cluster tests and the others in two pytest processes at once (tests/run_suite.sh),
+# SPLIT=1: the cluster tests and the others in two pytest processes at once (tests/run_suite.sh;
+# faster, but load races two timing-bound cluster tests, seen in 2 of 4 CI runs),
 # so neither waits for the other; SPLIT=0 runs everything in one process.
-SPLIT ?= 1
+SPLIT ?= 0
 # Which Slurm the cluster runs: system (Debian's 22.05) or a version built from ../shared/slurm
 # (24.11, 25.11): `make test SLURM=25.11`.
 SLURM ?= system
