@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -198,3 +199,47 @@ def test_sigterm_checkpoints_like_the_stop_file(module, tiny, tmp_path, hf_cache
     assert m["stopped_early"] is True and 3 <= step < 400, output[-4000:]
     assert (out / f"checkpoint-{step}" / "slurmgen_complete").is_file()
     assert outcome.read_text() == f"stopped {step}\n"
+
+
+@pytest.mark.timeout(240)
+def test_ranks_that_lose_a_peer_fail_after_the_node_that_crashed(tiny, tmp_path, hf_cache):
+    """Two torchrun agents ("nodes" of 2 ranks) on this host; rank 3 is SIGKILLed mid-run. Its
+    agent reports first and at once (its other rank ends on the agent's SIGTERM), while the
+    other node's ranks, whose collective broke, say so and fail 5 s later: the job blames the
+    node where the failure began, whichever agent would otherwise have won the race."""
+    import os
+    import signal as signals
+
+    from train_fixtures import free_port
+
+    beats, out = tmp_path / "beats", tmp_path / "run"
+    env = subprocess_env(hf_cache, SLURMGEN_HEARTBEAT_DIR=str(beats))
+    port, agents = str(free_port()), []
+    for node_rank in (0, 1):
+        cmd = torchrun_cmd(2, "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
+                           "--master-port", port, "-m", "train.ddp_loop", *args_for("train.ddp_loop", tiny, out, 5000, 5000))
+        agents.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True))
+    try:
+        deadline = time.monotonic() + 150
+        while not all((beats / f"rank-{r}").exists() for r in range(4)):
+            assert all(a.poll() is None for a in agents) and time.monotonic() < deadline, "training never began"
+            time.sleep(0.1)
+        os.kill(int((beats / "rank-3").read_text().split()[4]), signals.SIGKILL)
+        ended = [None, None]
+        while None in ended:
+            for i, agent in enumerate(agents):
+                if ended[i] is None and agent.poll() is not None:
+                    ended[i] = time.monotonic()
+            assert time.monotonic() < deadline + 60, "an agent outlived the failure by a minute"
+            time.sleep(0.05)
+        healthy, crashed = (agent.communicate()[0] for agent in agents)
+    finally:
+        for agent in agents:
+            agent.kill()
+    assert agents[1].returncode != 0 and agents[0].returncode != 0
+    assert re.search(r"Root Cause \(first observed failure\):\n\[0\]:\n.*\n.*\n\s*rank\s*: 3 .*\n\s*exitcode\s*: -9",
+                     crashed), crashed[-3000:]
+    assert re.search(r"slurmgen-train: rank [01] lost a peer \(.+\); failing in 5 s so that the failing rank's node "
+                     r"reports first", healthy), healthy[-3000:]
+    assert ended[0] - ended[1] > 3, f"the healthy node's agent ended {ended[0] - ended[1]:.1f} s after the crashed one's"

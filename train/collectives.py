@@ -90,3 +90,19 @@ def destroy_process_group() -> None:
     dist = active_group()
     if dist is not None:
         dist.destroy_process_group()
+
+
+# What a rank sees when a peer's process died under it: gloo's and NCCL's words.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "remote process exited", "communicator was aborted", "ncclRemoteError")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether exc is this rank's share of another rank's failure: a broken collective. (The
+    process group may be gone already: the entry points destroy it on the way out.)"""
+    import torch.distributed as dist
+
+    if isinstance(exc, (dist.DistNetworkError, dist.DistBackendError)):
+        return True
+    text = str(exc)
+    return any(words in text for words in _PEER_LOST)

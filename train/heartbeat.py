@@ -32,7 +32,7 @@ _stack_file = None  # kept open: faulthandler writes to its file descriptor
 _first_fetch = True  # for the test hook's STEP "first"
 
 
-def _rank() -> str:
+def rank() -> str:
     """The global rank: torchrun's RANK, else (--launcher srun) the component's offset plus
     SLURM_PROCID, which restarts at 0 in each het component (as train.distenv reads it)."""
     if "RANK" in os.environ:
@@ -58,7 +58,7 @@ def install() -> None:
     os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(
         os.path.dirname(os.path.abspath(folder)), f"nccl-trace-{os.environ.get('SLURM_JOB_ID', '0')}-rank-"))
     # Appending: the watch empties the file before it asks, and each dump lands at its start.
-    _stack_file = open(os.path.join(folder, f"stack-{_rank()}"), "a")
+    _stack_file = open(os.path.join(folder, f"stack-{rank()}"), "a")
     try:
         faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
     except (ValueError, RuntimeError):  # not the main thread, or no such signal here
@@ -69,24 +69,24 @@ def beat(step: int) -> None:
     """One small overwrite per step: the watch compares the time with its clock."""
     host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
     if host == socket.gethostname() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"rank {_rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
+        print(f"rank {rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
         os._exit(13)
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder:
         return
-    path = os.path.join(folder, f"rank-{_rank()}")
+    path = os.path.join(folder, f"rank-{rank()}")
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        fh.write(f"{_rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}\n")
+        fh.write(f"{rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}\n")
     os.replace(tmp, path)
 
 
 def hang_in_data_loader(step: int) -> None:
     """The test hook: the named rank sleeps here for good at the named step of the named run."""
     global _first_fetch
-    rank, at, run = (os.environ.get(HANG_IN_DATA_ENV, "").split(":") + ["", "", "0"])[:3]
+    which, at, run = (os.environ.get(HANG_IN_DATA_ENV, "").split(":") + ["", "", "0"])[:3]
     first, _first_fetch = _first_fetch, False
-    if rank == _rank() and at in (str(step), "first" if first else "") \
+    if which == rank() and at in (str(step), "first" if first else "") \
             and os.environ.get("SLURM_RESTART_COUNT", "0") == run:
         while True:
             time.sleep(3600)

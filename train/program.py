@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any, Callable, NoReturn
 
 from train.cli import cli_errors
 from train import heartbeat
-from train.collectives import destroy_process_group
-from train.stop import stop_on_term
+from train.collectives import destroy_process_group, lost_a_peer
+from train.stop import stop_on_term, terminated
+
+# Seconds a rank whose collective broke under it waits before it fails (see leave_after_the_culprit).
+PEER_LOSS_WAIT_ENV = "SLURMGEN_PEER_LOSS_WAIT"
+DEFAULT_PEER_LOSS_WAIT = 5.0
 
 
 def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:
@@ -44,12 +49,34 @@ def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -
     stop_on_term()
     heartbeat.install()
     with cli_errors():
-        result = body(args)
+        try:
+            result = body(args)
+        except Exception as exc:
+            leave_after_the_culprit(exc)
+            raise
     # Trainer leaves the process group open; torch threads torn down at interpreter exit
     # can then abort a process that has succeeded (and srun fails the job).
     destroy_process_group()
     linger_on_store_host()
     return result
+
+
+def leave_after_the_culprit(exc: BaseException) -> None:
+    """A rank that failed only because a peer died waits a few seconds before it fails.
+
+    The job blames the node whose torchrun agent (or srun task) reports first, and srun's
+    --kill-on-bad-exit ends the other agents before they report at all. Without this wait the
+    peers on healthy nodes, which fail at the same moment from the broken collective, win that
+    race about as often as the node that crashed (seen in CI: node4 blamed for node3). SIGTERM
+    ends the wait at once: that is the node's own agent stopping its workers after a local
+    failure, or srun ending the step, and either must not be slowed down."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # before the check: a TERM from now on ends us
+    if terminated() or not lost_a_peer(exc):
+        return
+    seconds = float(os.environ.get(PEER_LOSS_WAIT_ENV) or DEFAULT_PEER_LOSS_WAIT)
+    print(f"slurmgen-train: rank {heartbeat.rank()} lost a peer ({(str(exc).splitlines() or [type(exc).__name__])[0][:120]}); failing in"
+          f" {seconds:g} s so that the failing rank's node reports first", file=sys.stderr, flush=True)
+    time.sleep(seconds)
 
 
 def linger_on_store_host(seconds: float = 2.0) -> None:

@@ -49,6 +49,11 @@ def stop_on_term() -> None:
         pass
 
 
+def terminated() -> bool:
+    """Whether this rank got SIGTERM since stop_on_term."""
+    return _TERMINATED
+
+
 def stop_requested(is_main: bool) -> bool:
     """Whether the stop file exists (seen by rank 0) or any rank got SIGTERM: agreed by every
     rank, so all stop at the same step.
