@@ -18,8 +18,9 @@ NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 DEFAULT_MODULE = "train.sft"
 # The entry points slurmgen ships (the `train` package). A `train.py` in the job's working
 # directory (the seed's own file name) would shadow them, since `python -m` puts that directory
-# first on sys.path; the submit path imports them without it (slurmgen.task). A user's own
-# --module keeps Python's rule.
+# first on sys.path: their jobs export PYTHONSAFEPATH=1 (Python 3.11+; on older Pythons preflight
+# reports the target missing), and the submit path imports them without it (slurmgen.task). A
+# user's own --module and --script keep Python's rule.
 SHIPPED_MODULES = ("train.sft", "train.classify", "train.ddp_loop")
 DEFAULT_PORT_RANGE = (20000, 29999)
 
@@ -481,6 +482,8 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     """Variables slurmgen's own options set for every rank (before the user's --env), shared by
     rendered scripts and the submit path."""
     pairs = []
+    if spec.target[0] == "module" and spec.module in SHIPPED_MODULES:
+        pairs.append(("PYTHONSAFEPATH", "1"))
     if spec.nccl_debug:
         pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
     if spec.nccl_socket_ifname:

@@ -78,7 +78,8 @@ def test_script_grows_with_distinct_counts_not_nodes(render_args, tmp_path):
     result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", "8x512,4x512")
     assert result.exit_code == 0
     assert result.stdout.count("#SBATCH hetjob") == 1
-    assert len(result.stdout.encode()) < 10_000
+    # A bound, not a budget that comments are trimmed to fit: the growth check below is the point.
+    assert len(result.stdout.encode()) < 10_500
     small = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "4", "--gpus", "8x2,4x2")
     # 256 times the nodes, the same two components: only the numbers get longer.
     assert len(result.stdout) - len(small.stdout) < 200
@@ -92,7 +93,7 @@ def test_a_layout_written_out_node_by_node_stays_small_and_readable(render_args)
     counts = ",".join(["8"] * 512 + ["4"] * 512)
     result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", counts)
     assert result.exit_code == 0
-    assert len(result.stdout.encode()) < 10_000
+    assert len(result.stdout.encode()) < 10_500
     assert "# Command: slurmgen render -o - --log-dir /tmp/slurmgen-golden-logs --nodes 1024 --gpus 8x512,4x512\n" \
         in result.stdout
     assert result.stderr.splitlines()[-1] == ("  ranks per node: 8 each on node ranks 0-511 (global 0-4095);"

@@ -58,14 +58,15 @@ class JobRun:
         return json.loads((self.workdir / run / "metrics.json").read_text())
 
 
-def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True):
-    """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable`, poll until the job ends."""
+def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True, submit_dir=REPO):
+    """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable` in submit_dir (where the job
+    starts), poll until the job ends."""
     script = workdir / "job.sh"
     cmd = [str(BIN / "slurmgen"), "render", "-o", str(script), "--log-dir", str(workdir / "logs"),
            "--cpus-per-gpu", "2", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *args,
            "--", *train_args]
     subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
-    job_id = slurm_helpers.submit(script, cwd=REPO)
+    job_id = slurm_helpers.submit(script, cwd=submit_dir)
     if not wait:
         return job_id
     info = slurm_helpers.wait_job(job_id, timeout)

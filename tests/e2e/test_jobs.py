@@ -40,7 +40,12 @@ def assert_layout(metrics, world=6, layout=LAYOUT):
 @pytest.mark.core
 @pytest.mark.timeout(600)
 def test_sft_on_uneven_nodes(submit_job, assets, tmp_path):
-    job = submit_job(UNEVEN, sft_args(assets, tmp_path, steps=12))
+    """The seeds' job, submitted from a directory holding the user's own train.py (the seed's file
+    name): the default module is still slurmgen's train.sft."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text('raise SystemExit("the user\'s train.py ran instead of train.sft")\n')
+    job = submit_job(UNEVEN, sft_args(assets, tmp_path, steps=12), submit_dir=work)
     assert job.state == "COMPLETED", job.log
     assert job.info["ExitCode"] == "0:0"
     metrics = job.metrics()

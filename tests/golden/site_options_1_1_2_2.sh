@@ -40,7 +40,7 @@ set -uo pipefail
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM
 
-# From slurmgen's options.
+# For every rank.
 export NCCL_SOCKET_IFNAME=ib0
 export GLOO_SOCKET_IFNAME=ib0
 

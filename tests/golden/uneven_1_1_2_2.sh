@@ -25,6 +25,9 @@ set -uo pipefail
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM
 
+# For every rank (PYTHONSAFEPATH: a ./train.py cannot shadow slurmgen's train.*).
+export PYTHONSAFEPATH=1
+
 # Rank 0's node (the first of component 0) hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not in a Slurm job}" | head -n 1)
 # Two jobs sharing a node get different ports.

@@ -31,6 +31,9 @@ trap 'EARLY_WARNING=1' USR2 TERM
 # shellcheck source=/dev/null
 source /opt/venv/bin/activate
 
+# For every rank (PYTHONSAFEPATH: a ./train.py cannot shadow slurmgen's train.*).
+export PYTHONSAFEPATH=1
+
 # From --env.
 export HF_HOME='/shared/hf cache'
 
