@@ -1,7 +1,8 @@
 """The hang watch: `python -m slurmgen.hangs`, started by the batch script beside the training steps.
 
-Every rank writes its heartbeat (train.heartbeat: rank, step, time, host, pid) at each step. When
-a rank has not advanced for the hang timeout, the watch asks every rank for its Python stacks
+Every rank writes its heartbeat (train.heartbeat: rank, step, time, host, pid) at each step, and
+during a checkpoint save the save's allowance (train.saves). When a rank has not advanced for the
+hang timeout (while some rank saves: for that save's allowance), the watch asks every rank for its Python stacks
 without stopping the job (one `srun --overlap` per component: the faulthandler signal, and py-spy
 where the site has it), groups the ranks by where they are, names the odd ones out, appends the
 report to hang-report-JOBID.txt beside the job log, prints its summary to the log, and writes
@@ -34,7 +35,7 @@ STACK_WAIT_SECONDS = 10.0
 _DUMP = r'''
 d=$1 mode=$2 h=$(hostname)
 for f in "$d"/rank-*; do
-    read -r rank _ _ host pid < "$f" || continue
+    read -r rank _ _ host pid _ < "$f" || continue
     [[ $host == "$h" ]] || continue
     if [[ $mode == continue ]]; then
         [[ $(cat "$d/state-$rank" 2>/dev/null) == T ]] && kill -CONT "$pid"
@@ -60,6 +61,7 @@ class Beat:
     time: float
     host: str
     pid: int
+    save_allowance: float = 0.0  # seconds, while this rank is in a checkpoint save
 
 
 @dataclass(frozen=True)
@@ -75,21 +77,26 @@ def read_beats(folder: Path) -> dict[int, Beat]:
         if path.suffix == ".tmp":
             continue
         try:
-            rank, step, when, host, pid = path.read_text().split()
-            beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid))
-        except (OSError, ValueError):
+            rank, step, when, host, pid, *phase = path.read_text().split()
+            allowance = float(phase[1]) if phase[:1] == ["save"] else 0.0
+            beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid), allowance)
+        except (OSError, ValueError, IndexError):
             continue  # being replaced right now: read again at the next poll
     return beats
 
 
 def stuck_ranks(beats: dict[int, Beat], world: int, now: float, timeout: float) -> list[int]:
     """Ranks whose last beat is older than timeout. Nothing counts before the first beat (loading,
-    data preparation); a rank that never beat is measured from the first beat of any rank."""
+    data preparation); a rank that never beat is measured from the first beat of any rank. While
+    a rank saves within its allowance nobody is stuck: the others wait for that save."""
     if not beats:
+        return []
+    if any(now - b.time < max(timeout, b.save_allowance) for b in beats.values() if b.save_allowance):
         return []
     first = min(b.time for b in beats.values())
     last = {r: beats[r].time if r in beats else first for r in range(world)}
-    return sorted(r for r, t in last.items() if now - t >= timeout)
+    allowed = {r: max(timeout, beats[r].save_allowance) if r in beats else timeout for r in range(world)}
+    return sorted(r for r, t in last.items() if now - t >= allowed[r])
 
 
 _FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*)$')

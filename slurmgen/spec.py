@@ -213,6 +213,7 @@ class JobSpec:
     rdzv_timeout: int = 300
     collective_timeout: int = 600
     hang_timeout: int = 300                # 0: no hang watch
+    save_timeout: Optional[int] = None     # None: from the saves measured in the run (train.saves)
     max_failures: int = 2
     preflight: bool = True
     nccl_debug: Optional[str] = None
@@ -312,6 +313,8 @@ class JobSpec:
                 f"--hang-timeout {self.hang_timeout}: must be 0 (off) or fewer seconds than"
                 f" --collective-timeout {self.collective_timeout}, which would end a hang first"
             )
+        if self.save_timeout is not None and self.save_timeout < 1:
+            raise SpecError(f"--save-timeout {self.save_timeout}: must be a positive number of seconds")
         if self.max_failures < 0:
             raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
         if self.sweep:  # the runs themselves: --output_dir given, not too many
@@ -484,6 +487,8 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = []
     if spec.target[0] == "module" and spec.module in SHIPPED_MODULES:
         pairs.append(("PYTHONSAFEPATH", "1"))
+    if spec.save_timeout:
+        pairs.append(("SLURMGEN_SAVE_TIMEOUT", str(spec.save_timeout)))
     if spec.nccl_debug:
         pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
     if spec.nccl_socket_ifname:

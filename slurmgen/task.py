@@ -75,6 +75,7 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
 
 
 HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"  # train.heartbeat's
+STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"  # train.saves': a save longer than this is warned about
 
 
 def heartbeat_dir(folder, job_id: str) -> str:
@@ -235,6 +236,7 @@ class TrainTask:
         environ = os.environ
         prepare_environ(environ, self.env, self.master_port, self.collective_timeout, self.threads,
                         self.port_range)
+        environ.setdefault(STOP_WAIT_ENV, str(max(10, self.grace // 2)))  # as _StopOnSignal waits
         from train.distenv import DistEnv  # lazily: the submitting side never needs it
 
         denv = DistEnv.from_environ(environ)

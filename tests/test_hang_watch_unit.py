@@ -102,6 +102,22 @@ def test_stuck_ranks_count_from_the_first_beat():
     assert hangs.ranges([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
 
 
+def test_a_save_within_its_allowance_is_no_hang_and_one_past_it_is(tmp_path):
+    """Rank 0 writes a checkpoint (its beat says "save 600") while rank 1 waits for it, its beat
+    older than the hang timeout: nobody is stuck until the save outlasts its allowance."""
+    folder = tmp_path / "hb"
+    folder.mkdir()
+    (folder / "rank-0").write_text("0 20 1000.000 node1 11 save 600\n")
+    (folder / "rank-1").write_text("1 20 1000.500 node2 12\n")
+    beats = hangs.read_beats(folder)
+    assert beats[0].save_allowance == 600 and beats[1].save_allowance == 0
+    assert hangs.stuck_ranks(beats, 2, 1000.0 + 300, 10) == []
+    assert hangs.stuck_ranks(beats, 2, 1000.0 + 601, 10) == [0, 1]
+    # After the save, the usual timeout again.
+    (folder / "rank-0").write_text("0 20 1300.000 node1 11\n")
+    assert hangs.stuck_ranks(hangs.read_beats(folder), 2, 1311.0, 10) == [0, 1]
+
+
 ROOT = """Root Cause (first observed failure):
 [0]:
   time      : 2026-12-03_10:30:0{sec}

@@ -243,3 +243,32 @@ def test_ranks_that_lose_a_peer_fail_after_the_node_that_crashed(tiny, tmp_path,
     assert re.search(r"slurmgen-train: rank [01] lost a peer \(.+\); failing in 5 s so that the failing rank's node "
                      r"reports first", healthy), healthy[-3000:]
     assert ended[0] - ended[1] > 3, f"the healthy node's agent ended {ended[0] - ended[1]:.1f} s after the crashed one's"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("module", ["train.sft", "train.ddp_loop"])
+def test_a_save_longer_than_the_collective_timeout_is_progress(module, tiny, tmp_path, hf_cache):
+    """Rank 0 takes 8 s over the checkpoint of step 4 while rank 1 waits for it, with a 5 s
+    collective timeout: the run finishes, because a save holds the timeout up to its allowance.
+    During the save the ranks' heartbeats say "save 600" (the hang watch waits that long), and
+    rank 0 warns that the save outlasted the 3 s a time-limit warning would leave."""
+    beats, out = tmp_path / "beats", tmp_path / "run"
+    env = subprocess_env(hf_cache, SLURMGEN_HEARTBEAT_DIR=str(beats), SLURMGEN_COLLECTIVE_TIMEOUT="5",
+                         SLURMGEN_TEST_SAVE_SLEEP="4:8", SLURMGEN_STOP_WAIT="3")
+    proc = subprocess.Popen(torchrun_cmd(2, "--standalone", "-m", module, *args_for(module, tiny, out, 6, 4)),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = set()
+    while proc.poll() is None:
+        for rank in (0, 1):
+            try:
+                seen.add((rank, tuple((beats / f"rank-{rank}").read_text().split()[5:])))
+            except OSError:
+                pass
+        time.sleep(0.2)
+    output = proc.communicate()[0]
+    assert proc.returncode == 0, output[-4000:]
+    assert (0, ("save", "600")) in seen and (1, ("save", "600")) in seen, seen
+    assert read_metrics(out)["global_step"] == 6
+    assert re.search(r"slurmgen-train: warning: the checkpoint of step 4 took [89] s to save, longer than the 3 s"
+                     r" ranks get to stop at a time-limit warning: raise --grace", output), output[-4000:]
+    assert output.count("slurmgen-train: warning: the checkpoint") == 1, output[-4000:]

@@ -71,6 +71,17 @@ def collective_device():
     return torch.device("cpu")
 
 
+def set_timeout(seconds: float) -> None:
+    """The process group's timeout from now on (train.saves holds it up during a long save)."""
+    import datetime
+
+    dist = active_group()
+    if dist is not None:
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(datetime.timedelta(seconds=seconds))
+
+
 def barrier() -> None:
     dist = active_group()
     if dist is not None:

@@ -20,7 +20,7 @@ import itertools
 import time
 from pathlib import Path
 
-from train import checkpoint, cli, collectives, data, devices, distenv, heartbeat, hub, outputs, program, stop
+from train import checkpoint, cli, collectives, data, devices, distenv, heartbeat, hub, outputs, program, saves, stop
 
 RENAMED = {
     **cli.RENAMED_ARGS,
@@ -103,17 +103,21 @@ def make_collate(tokenizer):
 
 
 def save(args, denv, model, tokenizer, optimizer, step: int) -> None:
-    """Rank 0 writes the checkpoint into a staging dir; it appears complete or not at all."""
-    if not denv.is_main:
-        return
+    """Rank 0 writes the checkpoint into a staging dir; it appears complete or not at all. The
+    others wait for it in a barrier, all of them in the save's phase (train.saves)."""
     import torch
 
-    with checkpoint.staged_checkpoint(args.output_dir, step) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        torch.save({"optimizer": optimizer.state_dict(), "step": step, "world_size": denv.world_size},
-                   Path(tmp) / STATE_FILE)
-    checkpoint.prune(args.output_dir, args.save_total_limit)
+    saves.begin(step)
+    if denv.is_main:
+        with checkpoint.staged_checkpoint(args.output_dir, step) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            torch.save({"optimizer": optimizer.state_dict(), "step": step, "world_size": denv.world_size},
+                       Path(tmp) / STATE_FILE)
+            saves.pause_for_test(step, denv.is_main)
+        checkpoint.prune(args.output_dir, args.save_total_limit)
+    collectives.barrier()
+    saves.end(step, denv.is_main)
 
 
 def _main(argv: list[str]) -> dict | None:

@@ -2,6 +2,8 @@
 
   * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, once training begins (after loading)
     and at every optimizer step, so the watch sees which rank stopped advancing and where;
+    during a checkpoint save (train.saves) followed by "save ALLOWANCE": the watch then waits
+    ALLOWANCE seconds rather than the hang timeout;
   * NCCL's flight recorder on, dumping beside the job log on NCCL's own timeout (CUDA only);
   * on DUMP_SIGNAL every rank writes the Python stacks of all its threads to stack-RANK
     (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
@@ -29,6 +31,7 @@ HANG_IN_DATA_ENV = "SLURMGEN_TEST_HANG_IN_DATA"
 CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
 
 _stack_file = None  # kept open: faulthandler writes to its file descriptor
+_save_allowance: float | None = None  # while a save runs (train.saves)
 _first_fetch = True  # for the test hook's STEP "first"
 
 
@@ -65,6 +68,12 @@ def install() -> None:
         pass
 
 
+def saving(allowance: float | None) -> None:
+    """From the next beat on: a save with this allowance runs (None: it ended)."""
+    global _save_allowance
+    _save_allowance = allowance
+
+
 def beat(step: int) -> None:
     """One small overwrite per step: the watch compares the time with its clock."""
     host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
@@ -77,7 +86,8 @@ def beat(step: int) -> None:
     path = os.path.join(folder, f"rank-{rank()}")
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        fh.write(f"{rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}\n")
+        phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"
+        fh.write(f"{rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}{phase}\n")
     os.replace(tmp, path)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from train import checkpoint, cli, collectives, devices, heartbeat, outputs, stop
+from train import checkpoint, cli, collectives, devices, heartbeat, outputs, saves, stop
 from train.distenv import DistEnv
 
 
@@ -101,13 +101,20 @@ class ContractCallback(TrainerCallback):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
-        heartbeat.beat(state.global_step)
+        if control.should_save:  # the Trainer saves right after this (having evaluated first, if due)
+            saves.begin(state.global_step)
+        else:
+            heartbeat.beat(state.global_step)
         return control
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        saves.end(state.global_step, self.denv.is_main)  # a save the Trainer decided against (save_strategy="best")
 
     def on_prediction_step(self, args, state, control, **kwargs):
         heartbeat.beat(state.global_step)  # a long evaluation is not a hang
 
     def on_save(self, args, state, control, **kwargs):
+        saves.pause_for_test(state.global_step, state.is_world_process_zero)
         # The marker goes in last, once every rank has written its part (e.g. RNG state).
         collectives.barrier()
         if state.is_world_process_zero:
@@ -115,8 +122,10 @@ class ContractCallback(TrainerCallback):
                 checkpoint.checkpoint_path(args.output_dir, state.global_step), state.global_step
             )
             checkpoint.prune(args.output_dir, self.keep, protect=state.best_model_checkpoint)
+        saves.end(state.global_step, state.is_world_process_zero)
 
     def on_train_end(self, args, state, control, **kwargs):
+        saves.end(state.global_step, state.is_world_process_zero)
         self.t_end = time.time()
         self.tokens_end = state.num_input_tokens_seen
 

@@ -349,17 +349,20 @@ def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
 
 @pytest.mark.timeout(400)
 def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_path):
-    """train.sft (HF writes checkpoint-N in place): rank 0 is SIGKILLed the moment checkpoint-8
-    appears, so it is left half written. A planted newer, corrupt checkpoint-10 joins it. The
-    rerun sets both aside and resumes from checkpoint-4, the newest complete one. (No automatic
-    retry, --max-failures 0: the rerun is submitted by the test, after the planting.)"""
+    """train.sft (HF writes checkpoint-N in place): rank 0 is SIGKILLed once it has written
+    checkpoint-8's model, while it pauses in that save (SLURMGEN_TEST_SAVE_SLEEP, before the
+    checkpoint is marked complete), so it is left half written. A planted newer, corrupt
+    checkpoint-10 joins it. The rerun sets both aside and resumes from checkpoint-4, the newest
+    complete one. (No automatic retry, --max-failures 0: the rerun is submitted by the test, after
+    the planting.)"""
     steps, every = 12, 4
     run = tmp_path / "run"
     run.mkdir()
     watch = DirWatch(run)
     args, tag = tagged([*UNEVEN, "--max-failures", "0"])
     train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every, per_device_train_batch_size=1)
-    job_id = render_and_submit(tmp_path, args, train_args, wait=False)
+    job_id = render_and_submit(tmp_path, [*args, "--env", f"SLURMGEN_TEST_SAVE_SLEEP={2 * every}:120"], train_args,
+                               wait=False)
     half = run / f"checkpoint-{2 * every}"
     try:
         wait_progress(job_id, run, 1)

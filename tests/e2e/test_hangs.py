@@ -201,14 +201,16 @@ def test_a_node_whose_software_differs_is_excluded_at_once(spare_node, assets, t
 
 
 def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
+    """Three times as long as its hang timeout, and rank 0 takes 15 s over the checkpoint of
+    step 40 (SLURMGEN_TEST_SAVE_SLEEP) while the other rank waits for it: a save is progress."""
     started = time.monotonic()
     job = render_and_submit(
         tmp_path, ["--nodes", "2", "--gpus", "1", "--module", "train.ddp_loop", "--hang-timeout", "10",
-                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4"],
+                   "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4", "--env", "SLURMGEN_TEST_SAVE_SLEEP=40:15"],
         ddp_args(assets, tmp_path, 80, save_steps=20), timeout=600)
     finished_every_step(tmp_path, job, 80)
     first, last = progress_times(tmp_path / "run")
-    assert last - first >= 3 * 10, (first, last)
+    assert last - first >= 3 * 10 + 15, (first, last)
     assert not reports(tmp_path, job.job_id) and "slurmgen: hang" not in job.log, job.log[-4000:]
     assert time.monotonic() - started < 600
 

@@ -45,6 +45,8 @@ export MASTER_ADDR MASTER_PORT
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export SLURMGEN_WORLD_SIZE=5
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
+# Seconds ranks get to stop at a warning (a longer save is warned about).
+export SLURMGEN_STOP_WAIT=170
 # Stop file: made on a warning; outcome: "stopped|finished STEP".
 LOGS=/tmp/slurmgen-golden-logs
 export SLURMGEN_STOP_FILE="$LOGS/.stop-$SLURM_JOB_ID" SLURMGEN_OUTCOME_FILE="$LOGS/.outcome-$SLURM_JOB_ID"
