@@ -33,7 +33,7 @@ STACK_WAIT_SECONDS = 10.0
 # before their stacks are taken); the job is stopped next anyway. py-spy, where installed, reads
 # the stack without the rank's help.
 _DUMP = r'''
-d=$1 mode=$2 h=$(hostname)
+d=$1 mode=$2 h=${SLURMD_NODENAME:-$(hostname)}
 for f in "$d"/rank-*; do
     read -r rank _ _ host pid _ < "$f" || continue
     [[ $host == "$h" ]] || continue

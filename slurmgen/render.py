@@ -192,6 +192,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # pyxis cannot mount a directory that does not exist yet
         "container_dirs": container_dirs(spec, spec.log_dir) if spec.container_image else [],
         "exports": rank_exports(spec),
+        # OMP_NUM_THREADS, unless the user's --env sets it
+        "threads": None if any(k == "OMP_NUM_THREADS" for k, _ in spec.env) else spec.threads_per_rank,
         # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
         "stop_wait": max(spec.grace - 10, 5),
         # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)

@@ -105,6 +105,24 @@ def bad_nodes(names: list[str]) -> dict[str, str]:
     return out
 
 
+def node_name(host: str, nodes: list[str]) -> str:
+    """Slurm's NodeName for a host name as a rank or torchrun reports it (the host name, its FQDN,
+    or an address), among the job's nodes (none given: all nodes): what ExcNodeList and the blame
+    count need. On many sites the two differ (gpu012.cluster.example is gpu012). The host itself
+    when nothing matches."""
+    if not host or host in nodes:
+        return host
+    short = host.split(".")[0]
+    if short in nodes:
+        return short
+    for line in _scontrol("show", "node", "-o", *([",".join(nodes)] if nodes else [])).stdout.splitlines():
+        fields = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        names = {fields.get("NodeHostName", ""), fields.get("NodeAddr", "")}
+        if host in names or short in {n.split(".")[0] for n in names if n}:
+            return fields.get("NodeName", host)
+    return host
+
+
 def fits_without(layout, partition: str, excluded: list[str]) -> bool:
     """Whether the partition (default: the cluster's default one) can hold the layout without
     the excluded nodes and those Slurm will not use."""
@@ -188,7 +206,8 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
     Path(f"{path}.running").unlink(missing_ok=True)  # this run ends here, not lost
     job = os.environ.get("SLURM_JOB_ID", "")
     fields = _job_fields(job)
-    gone = bad_nodes(_expand(fields.get("NodeList", "")))
+    nodes = _expand(fields.get("NodeList", ""))
+    gone = bad_nodes(nodes)
     if gone:
         why, node = "node", sorted(gone)[0]
     elif not node and why == "crash":
@@ -198,6 +217,7 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
             node = crashed_node(Path(log).read_text(errors="replace"))
         except OSError:
             pass
+    node = node_name(node, nodes)
     beats = os.environ.get("SLURMGEN_HEARTBEAT_DIR", "")
     if not gone and why != "preflight" and not (beats and any(Path(beats).glob("rank-*"))):
         print("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure"
@@ -230,11 +250,32 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
         return STOP
     if excluded:
         import hostlist
+        unpin(job, excluded)
         names = hostlist.collect_hostlist(sorted(set(user) | set(excluded)))
         done = _scontrol("update", f"JobId={job}", f"ExcNodeList={names}")
         if done.returncode != 0:
             print(f"slurmgen: could not exclude {names}: {done.stderr.strip()}", file=sys.stderr, flush=True)
     return 0
+
+
+def unpin(job: str, excluded: list[str]) -> None:
+    """Pinned nodes (--nodelist, --gpus auto) that are now excluded leave their component's pins
+    (ReqNodeList), which Slurm would otherwise refuse to combine with the exclusion, or never meet;
+    Slurm then picks another node for that place. (fits_without has checked that one exists.)"""
+    import hostlist
+    from slurmgen.watch import job_records
+
+    for record in job_records(job):
+        pins = _expand(record.get("ReqNodeList", ""))
+        keep = [n for n in pins if n not in excluded]
+        if len(keep) == len(pins):
+            continue
+        offset = record.get("HetJobOffset")
+        target = f"{record.get('HetJobId', job)}+{offset}" if offset not in (None, "") else job
+        done = _scontrol("update", f"JobId={target}", f"ReqNodeList={hostlist.collect_hostlist(keep) if keep else ''}")
+        if done.returncode != 0:
+            print(f"slurmgen: could not drop {','.join(sorted(set(pins) - set(keep)))} from the nodes job {target} is"
+                  f" pinned to: {done.stderr.strip()}", file=sys.stderr, flush=True)
 
 
 def gone() -> int:

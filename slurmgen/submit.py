@@ -120,7 +120,7 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
     """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit
     again (up to --max-failures), as the rendered script requeues: the entry points resume from
     the newest checkpoint in --output_dir, and a node blamed for two failures is excluded."""
-    from slurmgen.retry import next_exclusion
+    from slurmgen.retry import next_exclusion, node_name
 
     history: list[dict] = []
     while True:
@@ -139,7 +139,8 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
             host = watch.suspect
         else:
             host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
-        history.append({"why": why, "node": host or ""})
+        host = node_name(host or "", [])  # Slurm's name: ranks and torchrun may report another
+        history.append({"why": why, "node": host})
         if len(history) > spec.max_failures:
             click.echo(f"slurmgen: failure {len(history)} ({why}): no retry left (--max-failures {spec.max_failures})",
                        err=True)
@@ -153,7 +154,9 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         click.echo(f"slurmgen: failure {len(history)} of at most {spec.max_failures} ({why}{where}): submitting "
                    "again to resume from the newest checkpoint"
                    + (f"; excluding {', '.join(new)} (2nd failure there)" if new else ""))
-        spec = dataclasses.replace(spec, exclude=exclude)
+        # Pinned nodes (--nodelist, --gpus auto) must give way to the exclusion: Slurm places the job anew.
+        pins = () if set(spec.nodelist) & set(new) else spec.nodelist
+        spec = dataclasses.replace(spec, exclude=exclude, nodelist=pins)
 
 
 # With --attach, only these say where the job is; anything else would be silently ignored.

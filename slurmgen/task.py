@@ -61,8 +61,10 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
     for name in RANK_VARS:
         env.pop(name, None)
     env.update(dict(pairs))
-    if threads:  # as the rendered scripts do: one OpenMP pool per rank, sized to its CPUs
-        env.setdefault("OMP_NUM_THREADS", str(threads))
+    # As the rendered scripts do: one OpenMP pool per rank, sized to its CPUs, whatever the login
+    # shell had; only the user's own --env OMP_NUM_THREADS says otherwise.
+    if threads and "OMP_NUM_THREADS" not in dict(pairs):
+        env["OMP_NUM_THREADS"] = str(threads)
     if collective_timeout:
         env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
     if env.get(EXECUTOR_ENV) == LOCAL_EXECUTOR:
@@ -243,7 +245,8 @@ class TrainTask:
         denv.export(environ)
         if self.master_ip:
             environ["MASTER_ADDR"] = socket.gethostbyname(environ["MASTER_ADDR"])
-        print(f"{START_MARK} task {denv.rank} on {socket.gethostname()}: {denv.describe()}",
+        node = environ.get("SLURMD_NODENAME") or socket.gethostname()  # Slurm's name, not the host's
+        print(f"{START_MARK} task {denv.rank} on {node}: {denv.describe()}",
               flush=True)
         folder = environ.get(FOLDER_ENV)
         stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace,

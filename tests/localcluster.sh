@@ -6,6 +6,7 @@
 #                            # version, also builds that Slurm from ../shared/slurm (cached)
 #   tests/localcluster.sh up [--slurm system|24.11|25.11] [--profile auto|production|plain]
 #                            [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
+#                            [--host-names same|other]
 #   tests/localcluster.sh bin --slurm VERSION    # prints the PATH entries of that Slurm's commands
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
 #   tests/localcluster.sh node-restart nodeN      # start nodeN's slurmd again (after a test killed it)
@@ -32,6 +33,9 @@
 # --cred-expire S is Slurm's AuthInfo cred_expire: a requeued job becomes eligible S+1 s later
 # (Slurm's default 120). On an idle cluster a requeued het job also waits for some state change
 # before the backfill scheduler starts it; tests nudge it: scontrol update jobid=J StartTime=now.
+# --host-names other: node N's host name (what `hostname` prints in a job, and torchrun reports)
+# is hostN.cluster.test, Slurm's NodeHostname, while Slurm still calls it nodeN, as on sites whose
+# host names are not their node names; "same" (the default) names the host nodeN.
 #
 # Environment:
 #   SLURMGEN_CLUSTER_DIR      state dir: config, logs, pids, spool, fake devices [/tmp/slurmgen-cluster]
@@ -390,6 +394,7 @@ load_layout() {
             PROFILE) PROFILE=$v ;;
             SLURM) SLURM=$v ;;
             SLURM_PREFIX) SLURM_PREFIX=$v ;;
+            HOST_NAMES) HOST_NAMES=$v ;;
         esac
     done <"$LAYOUT"
     use_slurm_prefix
@@ -561,8 +566,9 @@ EOF
             addr=$(node_addr "$i")
             port=""
             [[ $MODE == loopback ]] && port=" Port=$((CTLD_PORT + i))"
-            printf 'NodeName=node%d NodeAddr=%s%s CPUs=%d RealMemory=%d%s State=UNKNOWN\n' \
-                "$i" "$addr" "$port" "$CPUS" "$MEM" "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%d' "$g")"
+            printf 'NodeName=node%d%s NodeAddr=%s%s CPUs=%d RealMemory=%d%s State=UNKNOWN\n' \
+                "$i" "$(other_host_name "$i" " NodeHostname=")" "$addr" "$port" "$CPUS" "$MEM" \
+                "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%d' "$g")"
         done
         if [[ $PROFILE == production ]]; then
             printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=%d\n' "$NODES" "$GRACE_TIME"
@@ -604,6 +610,12 @@ EOF
             fi
         done
     } >"$STATE/etc/gres.conf"
+}
+
+# other_host_name I PREFIX: PREFIX and node I's host name under --host-names other, else nothing
+other_host_name() {
+    [[ ${HOST_NAMES:-same} == other ]] && printf '%shost%d.cluster.test' "$2" "$1"
+    return 0
 }
 
 node_addr() {
@@ -710,14 +722,15 @@ start_slurmd() {
         "$md" --force --socket="$state/munge/munge.socket.2" --key-file="$state/munge-key/munge.key" \
             --pid-file="$run/munged-$name.pid" --log-file="$state/log/munged-$name.log" \
             --seed-file="$state/munge-key/munged-$name.seed" || exit 1
-        [ "$uts" = 1 ] && { hostname "$name" || exit 1; }
+        [ "$uts" = 1 ] && { hostname "${8:-$name}" || exit 1; }
         exec "$sd" -f "$conf" -N "$name"' \
-        sh "$name" "$STATE" "$RUN" "$sd" "$md" "$CONF" "$USE_UTS" >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
+        sh "$name" "$STATE" "$RUN" "$sd" "$md" "$CONF" "$USE_UTS" "$(other_host_name "$i" "")" \
+        >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
 }
 
 cmd_up() {
     need_root
-    local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120
+    local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120 names_arg=same
     local explicit_gpus=0 profile_arg=$PROFILE_DEFAULT slurm_arg=${SLURMGEN_SLURM:-system}
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -735,6 +748,8 @@ cmd_up() {
             --mem=*) mem_arg=${1#*=}; shift ;;
             --cred-expire) cred_arg=${2:?--cred-expire needs a value}; shift 2 ;;
             --cred-expire=*) cred_arg=${1#*=}; shift ;;
+            --host-names) names_arg=${2:?--host-names needs a value}; shift 2 ;;
+            --host-names=*) names_arg=${1#*=}; shift ;;
             -h | --help) usage; return 0 ;;
             *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -742,6 +757,7 @@ cmd_up() {
     [[ $cpus_arg =~ ^[1-9][0-9]*$ ]] || die "--cpus wants a positive number"
     [[ $mem_arg =~ ^[1-9][0-9]*$ ]] || die "--mem wants megabytes (a positive number)"
     [[ $cred_arg =~ ^[1-9][0-9]*$ ]] || die "--cred-expire wants seconds"
+    [[ $names_arg =~ ^(same|other)$ ]] || die "--host-names wants same or other (got '$names_arg')"
     [[ $profile_arg =~ ^(auto|production|plain)$ ]] || die "--profile wants auto, production or plain (got '$profile_arg')"
     [[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SLURMGEN_CLUSTER_NET wants three octets like 10.213.47"
     local want
@@ -769,6 +785,9 @@ cmd_up() {
         if [[ $profile_arg != auto && $profile_arg != "${PROFILE:-plain}" ]]; then
             die "already up with the ${PROFILE:-plain} profile; run '$0 down' first to change it to $profile_arg"
         fi
+        if [[ $names_arg != "${HOST_NAMES:-same}" ]]; then
+            die "already up with --host-names ${HOST_NAMES:-same}; run '$0 down' first to change it to $names_arg"
+        fi
         local problems
         problems=$(health_problems)
         if [[ -z $problems ]]; then
@@ -795,6 +814,7 @@ cmd_up() {
     CPUS=$cpus_arg
     MEM=$mem_arg
     CRED_EXPIRE=$cred_arg
+    HOST_NAMES=$names_arg
     local why
     why=$(why_no_production)
     PROFILE=$profile_arg
@@ -825,14 +845,18 @@ cmd_up() {
     fi
     USE_UTS=0
     unshare --uts -- true 2>/dev/null && USE_UTS=1
+    if [[ $HOST_NAMES == other && ($MODE != netns || $USE_UTS != 1) ]]; then
+        teardown_net
+        die "--host-names other needs a network and a UTS namespace per node, which cannot be made here"
+    fi
     {
-        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\nSLURM=%s\nSLURM_PREFIX=%s\n' \
-            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE" "$SLURM" "$SLURM_PREFIX"
+        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\nSLURM=%s\nSLURM_PREFIX=%s\nHOST_NAMES=%s\n' \
+            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE" "$SLURM" "$SLURM_PREFIX" "$HOST_NAMES"
     } >"$LAYOUT"
 
     local lines=()
     if [[ $MODE == netns ]]; then
-        for ((i = 1; i <= NODES; i++)); do lines+=("$(node_addr "$i") node$i"); done
+        for ((i = 1; i <= NODES; i++)); do lines+=("$(node_addr "$i") node$i$(other_host_name "$i" " ")"); done
     else
         lines=("127.0.0.1 $(node_names | tr '\n' ' ')")
     fi

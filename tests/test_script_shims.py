@@ -92,14 +92,18 @@ def test_srun_launcher_gives_every_task_torchruns_variables(render_args, tmp_pat
     # A user's own script calls init_process_group("env://"): it needs what torchrun would set.
     record = tmp_path / "record.py"
     record.write_text("import json, os, sys\n"
-                      "keys = ('RANK', 'LOCAL_RANK', 'GROUP_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')\n"
+                      "keys = ('RANK', 'LOCAL_RANK', 'GROUP_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',"
+                      " 'OMP_NUM_THREADS')\n"
                       "with open(os.environ['SHIM_LOG'], 'a') as log:\n"
                       "    log.write(json.dumps({'tool': 'task', 'env': {k: os.environ.get(k) for k in keys}}) + '\\n')\n")
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun",
                        "--python", sys.executable, "--script", str(record))
-    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
+    # OMP_NUM_THREADS=1 from the login shell: each rank still gets its 4 CPUs' worth.
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     tasks = sorted((c["env"] for c in calls(tmp_path, "task")), key=lambda e: int(e["RANK"]))
+    assert {e["OMP_NUM_THREADS"] for e in tasks} == {"4"}
     rows = [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) for e in tasks]
     assert rows == [("0", "0", "0", "6", "1"), ("1", "0", "1", "6", "1"), ("2", "0", "2", "6", "2"),
                     ("3", "1", "2", "6", "2"), ("4", "0", "3", "6", "2"), ("5", "1", "3", "6", "2")]

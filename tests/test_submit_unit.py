@@ -194,9 +194,14 @@ def test_local_executor_environment_gives_ranks():
     assert (denv.master_addr, denv.master_port) == ("127.0.0.1", 29999)
 
 
-def test_user_threads_setting_wins():
+def test_threads_follow_the_ranks_cores_unless_env_says_otherwise():
+    """OMP_NUM_THREADS=8 inherited from the login shell does not win over a rank's 2 CPUs; the
+    user's --env OMP_NUM_THREADS=8 does."""
     env = {"OMP_NUM_THREADS": "8"}
     task.prepare_environ(env, (), None, None, threads=2)
+    assert env["OMP_NUM_THREADS"] == "2"
+    env = {"OMP_NUM_THREADS": "1"}
+    task.prepare_environ(env, (("OMP_NUM_THREADS", "8"),), None, None, threads=2)
     assert env["OMP_NUM_THREADS"] == "8"
 
 

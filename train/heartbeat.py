@@ -1,6 +1,6 @@
 """What every rank shows slurmgen's hang watch (slurmgen.hangs), under SLURMGEN_HEARTBEAT_DIR.
 
-  * beat(step): "RANK STEP TIME HOST PID" in rank-RANK, once training begins (after loading)
+  * beat(step): "RANK STEP TIME NODE PID" in rank-RANK (NODE: Slurm's node name), once training begins (after loading)
     and at every optimizer step, so the watch sees which rank stopped advancing and where;
     during a checkpoint save (train.saves) followed by "save ALLOWANCE": the watch then waits
     ALLOWANCE seconds rather than the hang timeout;
@@ -11,7 +11,7 @@
   * test hooks: SLURMGEN_TEST_HANG_IN_DATA="RANK:STEP[:RUN]" makes one rank hang while fetching
     the batch of step STEP ("first": its first batch) in the job's run RUN (SLURM_RESTART_COUNT,
     0 by default), the way a stuck data loader does (hang_in_data_loader);
-    SLURMGEN_TEST_CRASH_ON="HOST:STEP" makes the first rank on that host exit at that step, in
+    SLURMGEN_TEST_CRASH_ON="NODE:STEP" makes the first rank on that node exit at that step, in
     every run (a sick node).
 
 Without the variable (another launcher, a unit test) all of this does nothing.
@@ -74,10 +74,16 @@ def saving(allowance: float | None) -> None:
     _save_allowance = allowance
 
 
+def node_name() -> str:
+    """Slurm's name for this node, which the job excludes and blames by; on many sites the host
+    name differs (gpu012.cluster.example for gpu012)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def beat(step: int) -> None:
     """One small overwrite per step: the watch compares the time with its clock."""
     host, _, at = os.environ.get(CRASH_ON_ENV, "").partition(":")
-    if host == socket.gethostname() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
+    if host == node_name() and at == str(step) and os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"rank {rank()} on {host}: crashing at step {step} ({CRASH_ON_ENV})", flush=True)
         os._exit(13)
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
@@ -87,7 +93,7 @@ def beat(step: int) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"
-        fh.write(f"{rank()} {step} {time.time():.3f} {socket.gethostname()} {os.getpid()}{phase}\n")
+        fh.write(f"{rank()} {step} {time.time():.3f} {node_name()} {os.getpid()}{phase}\n")
     os.replace(tmp, path)
 
 

@@ -11,7 +11,8 @@
   leaves node3 out and finishes from the checkpoint on the spare node;
 * a healthy run three times as long as its hang timeout: no report, no false alarm.
 
-The module brings the cluster up as 1,1,2,2,2 (same profile and Slurm) and back as it was.
+The module brings the cluster up as 1,1,2,2,2 (same profile and Slurm) with host names that are
+not Slurm's node names (`localcluster.sh up --host-names other`), and back as it was.
 """
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ def _layout() -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def _up(gpus: str, layout: dict[str, str]) -> None:
+def _up(gpus: str, layout: dict[str, str], host_names: str) -> None:
     subprocess.run(["bash", str(CLUSTER), "down"], check=True, capture_output=True, text=True)
     proc = subprocess.run(["bash", str(CLUSTER), "up", "--gpus", gpus, "--profile", layout.get("PROFILE", "auto"),
-                           "--slurm", layout.get("SLURM", "system") or "system"],
+                           "--slurm", layout.get("SLURM", "system") or "system", "--host-names", host_names],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -61,10 +62,12 @@ def wait_idle(timeout: float = 120) -> None:
 
 @pytest.fixture(scope="module")
 def spare_node(cluster):
+    """The cluster as 1,1,2,2,2, and with host names that are not Slurm's node names (node3's host
+    is host3.cluster.test), as on many sites: every blame and exclusion must use Slurm's names."""
     before = _layout()
-    _up("1,1,2,2,2", before)
+    _up("1,1,2,2,2", before, "other")
     yield
-    _up(before["GPUS"].replace(" ", ","), before)
+    _up(before["GPUS"].replace(" ", ","), before, before.get("HOST_NAMES", "same"))
 
 
 def component_nodes(info: dict) -> list[str]:
@@ -142,9 +145,10 @@ def test_hung_ranks_are_named_and_the_job_finishes(spare_node, assets, tmp_path)
 
 
 def test_a_node_where_a_rank_crashes_twice_is_excluded(spare_node, assets, tmp_path):
+    """The job is pinned to node1..node4 (--nodelist): excluding node3 drops it from the pins."""
     steps = 20
     job_id = render_and_submit(
-        tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
+        tmp_path, [*UNEVEN, "--nodelist", "node[1-4]", "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
         ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
     job = JobRun(job_id, wait_with_nudges(job_id, timeout=900), tmp_path)
     log = job_log(tmp_path, job_id)
@@ -187,7 +191,8 @@ def test_a_node_whose_software_differs_is_excluded_at_once(spare_node, assets, t
     (fake / "trl-0.0.1.dist-info").mkdir(parents=True)
     (fake / "trl-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 0.0.1\n")
     wrapper = tmp_path / "python-on-node"
-    wrapper.write_text(f'#!/bin/bash\n[ "$(hostname)" = node3 ] && export PYTHONPATH={fake}\nexec {sys.executable} "$@"\n')
+    wrapper.write_text(f'#!/bin/bash\n[ "$SLURMD_NODENAME" = node3 ] && export PYTHONPATH={fake}\n'
+                       f'exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--python", str(wrapper)], ddp_args(assets, tmp_path, 6),
                                wait=False)
@@ -218,12 +223,13 @@ def test_a_healthy_run_raises_no_false_alarm(spare_node, assets, tmp_path):
 
 def test_submit_path_retries_a_crash_and_excludes_the_node(spare_node, assets, tmp_path):
     """python -m slurmgen.submit: the same budget; each retry is a new job that resumes from the
-    newest checkpoint, and the second crash on node3 gets node3 excluded."""
+    newest checkpoint, and the second crash on node3 gets node3 excluded (and out of the job's
+    pins: it is submitted with --nodelist node[1-4])."""
     wait_idle()
     from tests.e2e.test_submit import run_submit
 
     proc = run_submit(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop",
-                                 "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
+                                 "--nodelist", "node[1-4]", "--env", "SLURMGEN_TEST_CRASH_ON=node3:8"],
                       ddp_args(assets, tmp_path, 20, save_steps=5), timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
