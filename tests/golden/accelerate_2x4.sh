@@ -26,7 +26,7 @@ export PYTHONSAFEPATH=1
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not in a Slurm job}" | head -n 1)
 MASTER_PORT=29400
 export MASTER_ADDR MASTER_PORT
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+export OMP_NUM_THREADS=4  # a rank's CPUs, not the login shell's setting
 export SLURMGEN_WORLD_SIZE=8
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
 # Seconds ranks get to stop at a warning (a longer save is warned about).

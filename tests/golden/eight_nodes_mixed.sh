@@ -61,7 +61,7 @@ MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not in 
 # Two jobs sharing a node get different ports.
 MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 export MASTER_ADDR MASTER_PORT
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+export OMP_NUM_THREADS=4  # a rank's CPUs, not the login shell's setting
 export SLURMGEN_WORLD_SIZE=43
 export SLURMGEN_COLLECTIVE_TIMEOUT=600
 # Seconds ranks get to stop at a warning (a longer save is warned about).
