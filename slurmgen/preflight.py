@@ -12,9 +12,10 @@ FIELDS = ("python", "torch", "nccl", "transformers", "trl", "datasets")
 
 
 def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]:
-    """(node, what, found, expected) for every difference."""
-    hosts = len({r["host"] for r in reports})
-    found = [("(job)", "distinct nodes", str(hosts), str(nodes))] if hosts != nodes else []
+    """(node, what, found, expected) for every difference. One report per node of each component:
+    Slurm may put two components on one node (a 1,1,2,2 job on 8-GPU nodes), and that is fine:
+    each component has its own torchrun agent, node rank and GPUs there."""
+    found = [("(job)", "node reports", str(len(reports)), str(nodes))] if len(reports) != nodes else []
     for f in FIELDS:
         usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
         found += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
@@ -52,6 +53,10 @@ def main(argv: list[str]) -> int:
         return 1
     print("slurmgen: preflight passed on %d node(s): " % len(reports)
           + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
+    shared = sorted(h for h, n in collections.Counter(r["host"] for r in reports).items() if n > 1)
+    if shared:
+        print(f"slurmgen: {', '.join(shared)} {'holds' if len(shared) == 1 else 'hold'} more than one component"
+              " (each with its own agent, node rank and GPUs)")
     return 0
 
 
