@@ -94,7 +94,7 @@ try: found = importlib.util.find_spec(target) if kind == "module" else shutil.wh
 except ImportError: found = False
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
-    "host": socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
+    "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
