@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
+from train import cores  # noqa: E402
 from train_fixtures import (ARGS, REPO, assert_same_params, clean_env, entry, hf_cache,  # noqa: F401
                             progress_lines, read_metrics, subprocess_env, tiny, torchrun_cmd)
 
@@ -272,3 +274,18 @@ def test_a_save_longer_than_the_collective_timeout_is_progress(module, tiny, tmp
     assert re.search(r"slurmgen-train: warning: the checkpoint of step 4 took [89] s to save, longer than the 3 s"
                      r" ranks get to stop at a time-limit warning: raise --grace", output), output[-4000:]
     assert output.count("slurmgen-train: warning: the checkpoint") == 1, output[-4000:]
+    if len(os.sched_getaffinity(0)) >= 2:  # each torchrun worker on its own half of the CPUs
+        cpus = cores.ranges(sorted(os.sched_getaffinity(0)))
+        bound = sorted(re.findall(rf"slurmgen-train: rank \d \(local (\d) of 2\) bound to CPUs (\S+) of {cpus}\n",
+                                  output))
+        assert [local for local, _ in bound] == ["0", "1"], output[-4000:]
+        assert not _cpu_set(bound[0][1]) & _cpu_set(bound[1][1]), bound
+
+
+def _cpu_set(text):
+    """0-2,5 -> {0, 1, 2, 5}"""
+    out = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out

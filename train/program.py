@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, NoReturn
 
 from train.cli import cli_errors
-from train import heartbeat
+from train import cores, heartbeat
 from train.collectives import destroy_process_group, lost_a_peer
 from train.stop import stop_on_term, terminated
 
@@ -46,6 +46,7 @@ def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:
 def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -> dict | None:
     """Common wrapper of every ``main(argv)``: one-line errors, argv default."""
     args = list(sys.argv[1:] if argv is None else argv)
+    cores.bind()  # before torch starts its threads
     stop_on_term()
     heartbeat.install()
     with cli_errors():
