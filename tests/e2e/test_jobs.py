@@ -1,4 +1,5 @@
 """Generated scripts on a real four-node Slurm cluster (GPUs 1,1,2,2), real srun and torchrun."""
+import re
 import textwrap
 
 import pytest
@@ -83,6 +84,21 @@ def test_ddp_loop_on_uneven_nodes(submit_job, assets, tmp_path):
     metrics = job.metrics()
     assert_layout(metrics)
     assert metrics["last_loss"] < metrics["first_loss"]
+    # Slurm binds each node's torchrun agent to its CPUs; on the 2-GPU nodes each worker takes
+    # its own share of them.
+    bound = dict(re.findall(r"slurmgen-train: rank (\d) \(local \d of 2\) bound to CPUs (\S+) of \S+", job.log))
+    assert sorted(bound) == ["2", "3", "4", "5"], job.log[-3000:]
+    for a, b in (("2", "3"), ("4", "5")):
+        assert not cpu_set(bound[a]) & cpu_set(bound[b]), bound
+
+
+def cpu_set(text):
+    """0-2,5 -> {0, 1, 2, 5}"""
+    out = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
 
 
 @pytest.mark.core
