@@ -86,7 +86,7 @@ JOB_OPTIONS = [
                                            help="Compare every node's software before training.")),
     (("--nccl-debug",), dict(default=None, metavar="LEVEL", help="NCCL_DEBUG for every rank (WARN, INFO, ...).")),
     (("--nccl-socket-ifname",), dict(default=None, metavar="IFACES",
-                                     help="Network interfaces for NCCL and gloo, e.g. ib0 or ^docker,lo (an exclusion list is NCCL's only).")),
+                                     help="Network interfaces for NCCL and gloo in NCCL's terms: ib (prefixes; gloo gets the node's matching interface), =ib0 (exact), ^docker,lo (avoid; NCCL only).")),
     (("--hf-home",), dict(default=None, metavar="DIR",
                           help="Shared Hugging Face cache that every node reads (HF_HOME).")),
     (("--offline",), dict(is_flag=True, default=False,

@@ -22,7 +22,8 @@ def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]
     for r in reports:
         seen, _, want = r["gpus"].partition(" of ")
         found += [(r["host"], "GPUs visible", seen, want)] if seen != want else []
-        found += [(r["host"], f, r[f], "found") for f in ("target", "model") if r[f].startswith("MISSING")]
+        found += [(r["host"], f, r[f], "found") for f in ("target", "model", "interface")
+                  if r.get(f, "found").startswith("MISSING")]
     return found
 
 

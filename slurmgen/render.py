@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import jinja2
@@ -14,7 +15,7 @@ from slurmgen.plan import Plan, model_path
 from slurmgen.passthrough import sbatch_lines
 from slurmgen.sweep import dependency, waits_for
 from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, count_runs,
-                           gloo_socket_ifname, job_port_shell, rank_exports)
+                           gloo_socket_ifname, iface_prefixes, job_port_shell, rank_exports)
 
 
 def template_dir() -> Path:
@@ -121,10 +122,21 @@ def _words(args) -> str:
 
 
 def _master_iface(spec) -> str:
-    """The interface whose address --master-addr-ip gives: the first of --nccl-socket-ifname
-    when it names interfaces (not an exclusion list), else none (the name is resolved)."""
-    gloo = gloo_socket_ifname(spec.nccl_socket_ifname) if spec.nccl_socket_ifname else None
-    return gloo.split(",")[0] if gloo else ""
+    """The interface whose address --master-addr-ip gives, as a shell word: the first exact name
+    of --nccl-socket-ifname, or the one the script found for its prefixes, else none (an
+    exclusion list: the name is resolved)."""
+    if not spec.nccl_socket_ifname:
+        return ""
+    if iface_prefixes(spec.nccl_socket_ifname):
+        return '"$GLOO_SOCKET_IFNAME"'
+    gloo = gloo_socket_ifname(spec.nccl_socket_ifname)
+    return shell_quote(gloo.split(",")[0]) if gloo else ""
+
+
+def _iface_pattern(spec) -> str:
+    """grep -E pattern of --nccl-socket-ifname's prefixes, for the script to find its interface."""
+    prefixes = iface_prefixes(spec.nccl_socket_ifname) if spec.nccl_socket_ifname else []
+    return "^(" + "|".join(re.escape(p) for p in prefixes) + ")" if prefixes else ""
 
 
 _NO_PYTHON = {"torchrun": " --no-python", "accelerate": " --no_python", "srun": ""}
@@ -186,6 +198,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # Launcher flags after slurmgen's own; a program is started as it is, without Python.
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
         "master_ip_iface": _master_iface(spec),
+        "iface_pattern": _iface_pattern(spec),
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),

@@ -470,12 +470,21 @@ def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Opti
 
 
 def gloo_socket_ifname(nccl_value: str) -> Optional[str]:
-    """NCCL's interface list in gloo's terms. gloo takes plain interface names; NCCL also takes
-    "=" (exact names, as gloo does) and "^" (names to avoid), which gloo cannot express: then
-    gloo is left to pick the interface of the host's own address."""
-    if nccl_value.startswith("^"):
-        return None
-    return nccl_value.lstrip("=")
+    """NCCL's interface list in gloo's terms, where it can be told before the job runs: gloo takes
+    exact names, NCCL's "=" list. A plain list is prefixes to NCCL ("ib" is ib0, ib1, ...), which
+    each node resolves itself (iface_prefixes); "^" (names to avoid) gloo cannot express: then gloo
+    is left to pick the interface of the host's own address."""
+    return nccl_value[1:] if nccl_value.startswith("=") else None
+
+
+def iface_prefixes(nccl_value: str) -> list[str]:
+    """The prefixes of a plain --nccl-socket-ifname list (none for "=" and "^" lists)."""
+    return [] if nccl_value[:1] in ("=", "^") else [p for p in nccl_value.split(",") if p]
+
+
+def matching_iface(prefixes: list[str], names: list[str]) -> Optional[str]:
+    """The first interface, in the given order of names, that starts with one of the prefixes."""
+    return next((n for n in names if any(n.startswith(p) for p in prefixes)), None)
 
 
 PREP_MODULE = "train.sft"

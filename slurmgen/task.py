@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from slurmgen.spec import SHIPPED_MODULES, job_port, train_arg
+from slurmgen.spec import SHIPPED_MODULES, iface_prefixes, job_port, matching_iface, train_arg
 from slurmgen.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
                                        preempt_signal)
 
@@ -67,6 +67,11 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
         env["OMP_NUM_THREADS"] = str(threads)
     if collective_timeout:
         env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
+    prefixes = iface_prefixes(env.get("NCCL_SOCKET_IFNAME", ""))
+    if prefixes and "GLOO_SOCKET_IFNAME" not in env:  # gloo needs this node's exact name
+        found = matching_iface(prefixes, sorted(name for _, name in socket.if_nameindex()))
+        if found:
+            env["GLOO_SOCKET_IFNAME"] = found
     if env.get(EXECUTOR_ENV) == LOCAL_EXECUTOR:
         local_rank_env(env, master_port or 29500)
     else:  # a requeued job keeps its id, hence its port

@@ -16,17 +16,49 @@ def test_nccl_and_cache_exports(render_args, tmp_path):
     assert "export NCCL_SOCKET_IFNAME='^docker,lo'\n" in text
     # gloo takes plain names only: an NCCL exclusion list must not reach it (gloo would look
     # for an interface called "^docker").
-    assert "GLOO_SOCKET_IFNAME" not in text
+    assert "export GLOO_SOCKET_IFNAME" not in text and "GLOO_SOCKET_IFNAME=" not in text
     assert f"export HF_HOME='{tmp_path}/hf cache'\n" in text
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         assert f"export {var}=1\n" in text
 
 
 def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
-    for nccl, gloo in (("ib0", "ib0"), ("'=eth0,eth1'", "'eth0,eth1'")):
-        text, _ = render_text(render_args, "--nccl-socket-ifname", nccl.strip("'"))
-        assert f"export NCCL_SOCKET_IFNAME={nccl}\n" in text
-        assert f"export GLOO_SOCKET_IFNAME={gloo}\n" in text
+    text, _ = render_text(render_args, "--nccl-socket-ifname", "=eth0,eth1")
+    assert "export NCCL_SOCKET_IFNAME='=eth0,eth1'\n" in text
+    assert "export GLOO_SOCKET_IFNAME='eth0,eth1'\n" in text
+    # A plain list is prefixes to NCCL: the script finds its node's exact name for gloo.
+    text, _ = render_text(render_args, "--nccl-socket-ifname", "ib,eth")
+    assert "export NCCL_SOCKET_IFNAME='ib,eth'\n" in text
+    assert "GLOO_SOCKET_IFNAME=$(cd /sys/class/net && printf '%s\\n' * | grep -m1 -E '^(ib|eth)')\n" in text
+    assert "export GLOO_SOCKET_IFNAME=ib" not in text
+
+
+def test_an_interface_prefix_resolves_on_the_node_or_stops_the_job(render_args, tmp_path):
+    """Run under the stand-ins: a prefix of an interface this machine has gives every rank its
+    exact name, also for --master-addr-ip's address; one that matches nothing is one line, exit 1."""
+    import os
+    import sys
+
+    from tests.test_script_shims import SHIMS, calls, shim_env
+
+    name = sorted(os.listdir("/sys/class/net"))[0]  # lo, or whatever comes first
+    record = tmp_path / "record.py"
+    record.write_text("import json, os\n"
+                      "with open(os.environ['SHIM_LOG'], 'a') as log:\n"
+                      "    log.write(json.dumps({'tool': 'task', 'env': {k: os.environ.get(k) for k in"
+                      " ('GLOO_SOCKET_IFNAME', 'MASTER_ADDR')}}) + '\\n')\n")
+    for prefix, status in ((name[:1], 0), ("zzq", 1)):
+        script = tmp_path / f"job-{prefix}.sh"
+        result = render_args("render", "-o", str(script), "--log-dir", str(tmp_path / "logs"), "--no-preflight",
+                             "--nodes", "2", "--gpus", "1", "--launcher", "srun", "--python", sys.executable,
+                             "--script", str(record), "--nccl-socket-ifname", prefix)
+        assert result.exit_code == 0, result.output
+        proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SLURM_JOB_NODELIST="node[1-2]"),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == status, proc.stdout + proc.stderr
+    tasks = [c["env"] for c in calls(tmp_path, "task")]
+    assert len(tasks) == 2 and {t["GLOO_SOCKET_IFNAME"] for t in tasks} == {name}
+    assert f"slurmgen: --nccl-socket-ifname zzq: no interface of {os.uname().nodename} starts so\n" in proc.stderr
 
 
 def test_containers_only_when_asked(render_args, tmp_path):

@@ -692,3 +692,15 @@ def test_a_train_py_in_the_working_directory_does_not_shadow_the_entry_points(tm
     assert run.stdout.splitlines() == [str(tmp_path / "train.py"),
                                        str(Path(__file__).resolve().parent.parent / "train" / "ddp_loop.py"),
                                        "True the working directory"]
+
+
+def test_an_interface_prefix_becomes_this_nodes_exact_name_for_gloo():
+    import socket
+
+    name = sorted(n for _, n in socket.if_nameindex())[0]
+    env = {}
+    task.prepare_environ(env, (("NCCL_SOCKET_IFNAME", name[:1]),), 29999, None)
+    assert env["GLOO_SOCKET_IFNAME"] == name
+    env = {}
+    task.prepare_environ(env, (("NCCL_SOCKET_IFNAME", "^docker,lo"),), 29999, None)
+    assert "GLOO_SOCKET_IFNAME" not in env

@@ -42,16 +42,21 @@ trap 'EARLY_WARNING=1' USR2 TERM
 
 # For every rank.
 export NCCL_SOCKET_IFNAME=ib0
-export GLOO_SOCKET_IFNAME=ib0
+# NCCL takes these names as prefixes; gloo and --master-addr-ip need this node's exact name
+# (preflight checks that every node has it).
+GLOO_SOCKET_IFNAME=$(cd /sys/class/net && printf '%s\n' * | grep -m1 -E '^(ib0)')
+[[ -n $GLOO_SOCKET_IFNAME ]] || { echo "slurmgen: --nccl-socket-ifname $NCCL_SOCKET_IFNAME: no interface of $(hostname) starts so" >&2; exit 1; }
+export GLOO_SOCKET_IFNAME
 
 # Rank 0's node (the first of component 0) hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not in a Slurm job}" | head -n 1)
 # --master-addr-ip: ranks are given an IPv4 address; names may not resolve on the fast network.
 MASTER_NODE=$MASTER_ADDR
 # This shell runs on rank 0's node, which owns the interface.
-[[ ${SLURMD_NODENAME:-} == "$MASTER_NODE" ]] && MASTER_ADDR=$(ip -4 -o addr show dev ib0 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+IFACE="$GLOO_SOCKET_IFNAME"
+[[ ${SLURMD_NODENAME:-} == "$MASTER_NODE" ]] && MASTER_ADDR=$(ip -4 -o addr show dev "$IFACE" 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
 if [[ -z $MASTER_ADDR || $MASTER_ADDR == "$MASTER_NODE" ]]; then
-    echo "slurmgen: --master-addr-ip: no IPv4 address for $MASTER_NODE on interface ib0" >&2
+    echo "slurmgen: --master-addr-ip: no IPv4 address for $MASTER_NODE on interface $IFACE" >&2
     exit 1
 fi
 # Two jobs sharing a node get different ports.
@@ -93,6 +98,7 @@ print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
+    "interface": next(("MISSING: " + n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n and not os.path.exists("/sys/class/net/" + n)), "found"),
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
 }), flush=True)
 PY

@@ -78,6 +78,7 @@ print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
+    "interface": next(("MISSING: " + n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n and not os.path.exists("/sys/class/net/" + n)), "found"),
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
 }), flush=True)
 PY
