@@ -105,6 +105,9 @@ def render_command(ctx, output, show_config, check_first, **params):
     profile = ctx.meta.get("slurmgen.profile")
     if profile and profile[1]:
         info += f"\nprofile [{profile[0]}] applied from {profile[1]}"
+    if spec.container_image:
+        info += (f"\nin the container: every step; on the host, outside it: the batch script's own checks"
+                 f" (python -m slurmgen.*), so {spec.python} there must import slurmgen (the job checks first)")
     if submitter:
         prep = ""
         if spec.prep:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Optional
 
 import click
 
 from slurmgen import sweep
-from slurmgen.spec import (DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env, parse_gpus,
-                           parse_port_range)
+from slurmgen.spec import (CONTAINER_RUNTIMES, DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env,
+                           parse_gpus, parse_port_range)
 
 # (param decls, click keyword arguments); the order here is the order in --help.
 JOB_OPTIONS = [
@@ -91,6 +92,8 @@ JOB_OPTIONS = [
                           help="Shared Hugging Face cache that every node reads (HF_HOME).")),
     (("--offline",), dict(is_flag=True, default=False,
                           help="Compute nodes never touch the hub: models and data are fetched into --hf-home now, on this node.")),
+    (("--container",), dict(default=None, metavar="RUNTIME:IMAGE",
+                            help="Every step in an image: apptainer:IMAGE.sif or singularity:IMAGE.sif (apptainer exec --nv, the job's directories bound), pyxis:IMAGE (as --container-image).")),
     (("--container-image",), dict(default=None, help="pyxis/enroot image for every step.")),
     (("--container-mounts",), dict(default=None, help="pyxis/enroot mounts, SRC:DST[,SRC:DST...].")),
     (("--slurm-version",), dict(default=None, metavar="X.Y",
@@ -219,6 +222,19 @@ def _cluster_now(request):
     return nodes, request
 
 
+def container_choice(container: Optional[str], image: Optional[str]) -> dict:
+    """--container RUNTIME:IMAGE, or --container-image IMAGE (pyxis), as spec fields."""
+    if container is None:
+        return {"container_image": image}
+    if image is not None:
+        raise SpecError(f"--container {container!r} and --container-image {image!r}: give one of them")
+    runtime, _, path = container.partition(":")
+    if runtime not in CONTAINER_RUNTIMES or not path:
+        raise SpecError(f"--container {container!r}: give RUNTIME:IMAGE with RUNTIME one of"
+                        f" {', '.join(CONTAINER_RUNTIMES)}, e.g. apptainer:/images/train.sif")
+    return {"container_image": path, "container_runtime": runtime}
+
+
 def _auto_layout(params: dict) -> tuple[tuple[int, ...], str, str]:
     """--gpus auto: (GPUs per node, --nodelist, a line for the script's header), chosen from
     the GPUs free now; the choice and the nodes skipped go to stderr."""
@@ -309,7 +325,7 @@ def spec_from_options(params: dict) -> JobSpec:
         nccl_socket_ifname=params["nccl_socket_ifname"],
         hf_home=os.path.abspath(params["hf_home"]) if params["hf_home"] else None,
         offline=params["offline"],
-        container_image=params["container_image"],
+        **container_choice(params["container"], params["container_image"]),
         container_mounts=params["container_mounts"],
         mem_per_gpu=params["mem_per_gpu"],
         mem_per_cpu=params["mem_per_cpu"],

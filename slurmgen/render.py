@@ -14,7 +14,7 @@ from slurmgen import __version__
 from slurmgen.plan import Plan, model_path
 from slurmgen.passthrough import sbatch_lines
 from slurmgen.sweep import dependency, waits_for
-from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, count_runs,
+from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, container_exec, count_runs,
                            gloo_socket_ifname, iface_prefixes, job_port_shell, rank_exports)
 
 
@@ -202,6 +202,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
+        "container_exec": "".join(f"{_quote_keeping_vars(word)} " for word in
+                                  container_exec(spec, "$SLURM_SUBMIT_DIR", spec.log_dir)),
         # pyxis cannot mount a directory that does not exist yet
         "container_dirs": container_dirs(spec, spec.log_dir) if spec.container_image else [],
         "exports": rank_exports(spec),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 LAUNCHERS = ("torchrun", "srun", "accelerate")
+# --container RUNTIME:IMAGE; pyxis is what --container-image has always meant.
+CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 DEFAULT_MODULE = "train.sft"
 # The entry points slurmgen ships (the `train` package). A `train.py` in the job's working
@@ -222,6 +224,7 @@ class JobSpec:
     offline: bool = False
     exclusive: bool = False
     container_image: Optional[str] = None
+    container_runtime: str = "pyxis"       # or apptainer/singularity (--container RUNTIME:IMAGE)
     container_mounts: Optional[str] = None
     mem_per_gpu: Optional[str] = None
     mem_per_cpu: Optional[str] = None
@@ -459,6 +462,8 @@ def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Opti
     """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes
     them as argv. With an image: the user's mounts plus container_dirs at the same path, the
     working directory inside, and a name so that a job's steps import the image once per node."""
+    if spec.container_runtime != "pyxis":
+        return []
     if not spec.container_image:
         return [f"--container-mounts={spec.container_mounts}"] if spec.container_mounts else []
     mounts = [spec.container_mounts] if spec.container_mounts else []
@@ -467,6 +472,16 @@ def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Opti
     if name:
         flags.append(f"--container-name={name}")
     return flags + [f"--container-mounts={','.join(mounts)}", f"--container-workdir={workdir}"]
+
+
+def container_exec(spec: JobSpec, workdir: str, *dirs: Optional[str]) -> list[str]:
+    """With --container apptainer:IMAGE (or singularity): the words that run a step's command in
+    the image, GPUs passed in (--nv), the user's mounts plus container_dirs bound at the same
+    path, the working directory inside. Nothing for pyxis, whose flags go to srun itself."""
+    if spec.container_runtime == "pyxis" or not spec.container_image:
+        return []
+    binds = ([spec.container_mounts] if spec.container_mounts else []) + container_dirs(spec, workdir, *dirs)
+    return [spec.container_runtime, "exec", "--nv", "--bind", ",".join(binds), "--pwd", workdir, spec.container_image]
 
 
 def gloo_socket_ifname(nccl_value: str) -> Optional[str]:

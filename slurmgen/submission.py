@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from typing import Callable, NamedTuple, Optional
 
 from slurmgen import submitit_adapter, sweep, watch
 from slurmgen.passthrough import split_sbatch
-from slurmgen.spec import DEFAULT_LOG_NAME, JobSpec, SpecError, container_args, rank_exports
+from slurmgen.spec import DEFAULT_LOG_NAME, JobSpec, SpecError, container_args, container_exec, rank_exports
 from slurmgen.task import START_MARK, TrainTask, output_dir_arg
 
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
@@ -247,6 +248,9 @@ def srun_culprit(batch_log: str) -> Optional[tuple[int, str]]:
 # ---------------------------------------------------------------------------- submission
 def _executor(spec: JobSpec, folder: Path, local: bool, dependency: str = ""):
     python = None if spec.python == "python3" else spec.python  # default: this interpreter
+    wrap = container_exec(spec, os.getcwd(), str(folder))
+    if wrap and not local:  # apptainer: submitit's command for python, as it allows
+        python = shlex.join([*wrap, spec.python])
     if local:
         from submitit import LocalExecutor
 

@@ -33,6 +33,12 @@ CASES = [
     (["--hang-timeout", "-1"],
      "--hang-timeout -1: must be 0 (off) or fewer seconds than --collective-timeout 600, which would end a hang first"),
     (["--max-failures", "-1"], "--max-failures -1: must be zero or more"),
+    (["--save-timeout", "0"], "--save-timeout 0: must be a positive number of seconds"),
+    # Containers (issue 24).
+    (["--container", "docker:img"], "--container 'docker:img': give RUNTIME:IMAGE with RUNTIME one of apptainer,"
+                                    " singularity, pyxis, e.g. apptainer:/images/train.sif"),
+    (["--container", "apptainer:/a.sif", "--container-image", "b"],
+     "--container 'apptainer:/a.sif' and --container-image 'b': give one of them"),
     # The options of real training scripts (issue 11).
     (["--mem", "8G", "--mem-per-gpu", "16G"],
      "--mem '8G' and --mem-per-gpu '16G': choose one way to ask for memory"),

@@ -342,3 +342,31 @@ def test_a_run_that_finished_is_not_repeated_when_slurm_requeues_it_again(render
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "earlier run" not in proc.stdout and len(calls(tmp_path, "srun")) == 2
+
+
+def test_apptainer_wraps_every_step_and_the_host_needs_slurmgen(render_args, tmp_path):
+    """--container apptainer:IMAGE under the stand-ins (apptainer's records and runs the command
+    here): every torchrun agent starts inside the image, with the log directory bound. The
+    script's own checks stay on the host: a Python there without slurmgen stops the job at once,
+    with one line, before any step."""
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2",
+                       "--container", "apptainer:/images/t.sif")
+    record = tmp_path / "apptainer.jsonl"
+    env = shim_env(tmp_path, APPTAINER_STANDIN_LOG=str(record), SLURM_SUBMIT_DIR=str(tmp_path))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    wrapped = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [w["command"][:2] for w in wrapped] == [["bash", "-c"]] * 4
+    assert all(w["image"] == "/images/t.sif" and str(tmp_path / "logs") in w["bind"].split(",") for w in wrapped)
+    assert len(calls(tmp_path, "torchrun")) == 4
+    steps = len(calls(tmp_path, "srun"))
+
+    bare = "/usr/bin/python3"
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2",
+                       "--container", "apptainer:/images/t.sif", "--python", bare)
+    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == (f"slurmgen: {bare} on {os.uname().nodename}, outside the container, cannot import slurmgen,"
+                           " which this script's own checks need: install it there, or load it with --setup\n")
+    assert len(calls(tmp_path, "srun")) == steps  # no step of its own

@@ -540,6 +540,22 @@ def test_container_flags_go_to_srun(tmp_path, monkeypatch):
         f"--container-workdir={tmp_path}"]
 
 
+def test_apptainer_runs_every_task_in_the_image(fake_srun, tmp_path, monkeypatch):
+    """--container apptainer:IMAGE on the submit path: submitit's command for Python (which it
+    allows for singularity) becomes apptainer exec in the image; srun gets no pyxis flags."""
+    from slurmgen.submit import spec_from_args
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_from_args(["--gpus", "2", "--container", "apptainer:/images/t.sif", "--", "--output_dir", "/scratch/run"])
+    folder = tmp_path / "submitit"
+    text = submission._executor(spec, folder, local=False)._make_submission_file_text(
+        "python -m submitit.core._submit F", "uid")
+    assert "--container-image" not in text
+    executor = submission._executor(spec, folder, local=False)
+    assert executor.python == (f"apptainer exec --nv --bind {tmp_path},{folder},/scratch/run --pwd {tmp_path}"
+                               " /images/t.sif python3")
+
+
 def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
     code = ("import sys\n"
             "from slurmgen import submit, submission, task\n"

@@ -89,14 +89,27 @@ def test_rendered_script_ranks_see_their_nodes_gpus(cluster, tmp_path, launcher)
 @pytest.mark.timeout(300)
 def test_accelerate_launcher_on_a_uniform_layout(cluster, tmp_path):
     """--launcher accelerate (uniform layouts only), end to end: 2 nodes x 2 GPUs, one accelerate
-    launcher per node, every rank placed and seeing its node's GPUs."""
+    launcher per node, every rank placed and seeing its node's GPUs; every step through
+    --container apptainer:IMAGE (a stand-in apptainer that records and runs on the host)."""
+    import json
+    import shutil
+
     production(cluster)
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
+    (tmp_path / "bin").mkdir()
+    shutil.copy(REPO / "tests" / "shims" / "apptainer", tmp_path / "bin")
+    record = tmp_path / "apptainer.jsonl"
     job = render_and_submit(tmp_path, ["--nodes", "2", "--gpus", "2", "--launcher", "accelerate",
-                                       "--script", str(probe), "--env", f"PROBE_DEVICES={DEVICES}"],
+                                       "--script", str(probe), "--env", f"PROBE_DEVICES={DEVICES}",
+                                       "--container", "apptainer:/images/train.sif",
+                                       "--setup", f"export PATH={tmp_path / 'bin'}:$PATH",
+                                       "--env", f"APPTAINER_STANDIN_LOG={record}"],
                             [str(tmp_path / "ranks")], timeout=240)
     assert job.state == "COMPLETED", job.log
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert sorted(c["command"][0] for c in calls) == ["bash", "bash", "python3", "python3"], calls
+    assert {c["image"] for c in calls} == {"/images/train.sif"} and len({c["host"] for c in calls}) == 2
     both = {"nvidia0": "ENXIO", "nvidia1": "ENXIO"}
     hosts = sorted({row[0] for row in table(tmp_path / "ranks").values()})
     assert len(hosts) == 2

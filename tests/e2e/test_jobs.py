@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from tests.e2e.conftest import sft_args
+from tests.e2e.conftest import REPO, sft_args
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
 LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
@@ -115,12 +115,29 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
 def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
-    """A plain init_process_group() script: every launcher gives it torchrun's variables."""
+    """A plain init_process_group() script: every launcher gives it torchrun's variables. Run
+    with --container apptainer:IMAGE through a stand-in apptainer (tests/shims/apptainer: it
+    records its command line and runs the command on the host): every step goes through it."""
+    import json
+    import shutil
+
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(probe)], [str(tmp_path / "ranks.json")])
+    (tmp_path / "bin").mkdir()
+    shutil.copy(REPO / "tests" / "shims" / "apptainer", tmp_path / "bin")
+    record = tmp_path / "apptainer.jsonl"
+    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(probe),
+                      "--container", "apptainer:/images/train.sif", "--setup", f"export PATH={tmp_path / 'bin'}:$PATH",
+                      "--env", f"APPTAINER_STANDIN_LOG={record}"], [str(tmp_path / "ranks.json")])
     assert job.state == "COMPLETED", job.log
-    import json
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert {(c["image"], c["nv"], c["pwd"]) for c in calls} == {("/images/train.sif", True, str(REPO))}
+    assert all(str(tmp_path / "logs") in c["bind"].split(",") for c in calls), calls
+    preflight = sorted(c["host"] for c in calls if c["command"][:2] == ["python3", "-c"])
+    launched = sorted(c["host"] for c in calls if c["command"][:2] == ["bash", "-c"])
+    assert preflight == ["node1", "node2", "node3", "node4"], calls
+    assert launched == (["node1", "node2", "node3", "node4"] if launcher == "torchrun"
+                        else ["node1", "node2", "node3", "node3", "node4", "node4"]), calls
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3, 4, 5]
     assert {r["world"] for r in ranks} == {6}
