@@ -145,7 +145,7 @@ def crashed_node(log: str) -> str:
     Python's status 1, while the rank that began it mostly does not (a signal, os._exit, an OOM
     kill). So: the earliest failure torchrun reports with another status, else the earliest; with
     --launcher srun, srun's first task that exited with another status than 1. Several nodes in the
-    same second: none. The entry points' ranks that fail from a broken collective wait 5 s first
+    same second: none. The entry points' ranks that fail from a broken collective wait 8 s first
     (train.program.leave_after_the_culprit), so the node where it began is seen first."""
     start = log.rfind("slurmgen: job ")
     log = log[start:] if start >= 0 else log

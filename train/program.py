@@ -23,7 +23,7 @@ from train.stop import stop_on_term, terminated
 
 # Seconds a rank whose collective broke under it waits before it fails (see leave_after_the_culprit).
 PEER_LOSS_WAIT_ENV = "SLURMGEN_PEER_LOSS_WAIT"
-DEFAULT_PEER_LOSS_WAIT = 5.0
+DEFAULT_PEER_LOSS_WAIT = 8.0  # longer than train.stop.DEFAULT_TERM_GRACE
 
 
 def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:

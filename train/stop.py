@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 import time
 
 from train.collectives import active_group, collective_device
@@ -27,6 +29,9 @@ OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"
 # idle the machine, while the resumed run is not slowed.
 STEP_SLEEP_ENV = "SLURMGEN_TEST_STEP_SLEEP"
 
+# Seconds the main thread has to take a SIGTERM before the rank ends (see stop_on_term).
+TERM_GRACE_ENV = "SLURMGEN_TERM_GRACE"
+DEFAULT_TERM_GRACE = 3.0
 _TERMINATED = False
 
 
@@ -34,7 +39,10 @@ def stop_on_term() -> None:
     """SIGTERM asks for a stop too: it is what ranks get at preemption where the site does not
     send the job's own signal, and what torchrun passes on. The rank finishes its step and
     checkpoints like at the stop file, instead of dying mid-step. A rank stuck in a collective
-    never gets there, and torchrun kills it 30 s later as before."""
+    never gets there: Python runs a signal handler only between bytecodes, so a watch thread
+    ends the rank when the handler has not run TERM_GRACE seconds after the signal. (That is
+    also how a crashed rank's sibling on the same node ends when its own torchrun agent stops it:
+    at once, so that this node's agent reports the crash before the others, see train.program.)"""
 
     global _TERMINATED
     _TERMINATED = False
@@ -46,7 +54,37 @@ def stop_on_term() -> None:
     try:
         signal.signal(signal.SIGTERM, note)
     except ValueError:  # not the main thread (e.g. called from a test's worker thread)
-        pass
+        return
+    _watch_for_stuck_term()
+
+
+def _watch_for_stuck_term() -> None:
+    """A thread woken by every signal Python receives (its wakeup fd, written by the C handler
+    even while the main thread is blocked)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(read_end)
+        os.close(write_end)
+        return
+    grace = float(os.environ.get(TERM_GRACE_ENV) or DEFAULT_TERM_GRACE)
+
+    def watch():
+        while True:
+            if signal.SIGTERM not in os.read(read_end, 64):
+                continue
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if _TERMINATED:  # the main thread took it: it stops at the end of its step
+                    return
+                time.sleep(0.05)
+            print(f"slurmgen-train: SIGTERM not taken within {grace:g} s (blocked, e.g. in a collective whose"
+                  " peer is gone): ending this rank now", file=sys.stderr, flush=True)
+            os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="slurmgen-term-watch", daemon=True).start()
 
 
 def terminated() -> bool:
