@@ -77,14 +77,16 @@ def _scontrol(*args: str) -> subprocess.CompletedProcess:
 
 
 def _job_fields(job: str) -> dict:
-    """The leader's fields of `scontrol show job -o`; NodeList joins every het component's."""
+    """The leader's fields of `scontrol show job -o`; NodeList joins every het component's, and
+    ReqNodeList every component's pins."""
     from slurmgen.watch import job_records
 
     records = job_records(job)
     if not records:
         return {}
     nodes = [r["NodeList"] for r in records if r.get("NodeList") not in (None, "", "(null)")]
-    return {**records[0], "NodeList": ",".join(nodes)}
+    pins = [r["ReqNodeList"] for r in records if r.get("ReqNodeList") not in (None, "", "(null)")]
+    return {**records[0], "NodeList": ",".join(nodes), "ReqNodeList": ",".join(pins)}
 
 
 def _expand(names: str) -> list[str]:
@@ -235,7 +237,9 @@ def failed(path: Path, max_failures: int, layout, why: str, node: str) -> int:
     new = [n for n in excluded if n not in state.get("excluded", [])]
     state["excluded"] = excluded
     save(path, state)
-    user = _expand(fields.get("ExcNodeList", ""))
+    # The user's own exclusions: Slurm adds to each het component those pinned to the others.
+    pinned = _expand(fields.get("ReqNodeList", ""))
+    user = [n for n in _expand(fields.get("ExcNodeList", "")) if n not in pinned]
     if new and not fits_without(parse_layout(layout), fields.get("Partition", ""), sorted(set(user) | set(excluded))):
         print(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot "
               f"hold the layout any more: not retrying", file=sys.stderr, flush=True)
@@ -270,8 +274,7 @@ def unpin(job: str, excluded: list[str]) -> None:
         keep = [n for n in pins if n not in excluded]
         if len(keep) == len(pins):
             continue
-        offset = record.get("HetJobOffset")
-        target = f"{record.get('HetJobId', job)}+{offset}" if offset not in (None, "") else job
+        target = record.get("JobId", job)  # a het component's own id ("J+1" is refused here)
         done = _scontrol("update", f"JobId={target}", f"ReqNodeList={hostlist.collect_hostlist(keep) if keep else ''}")
         if done.returncode != 0:
             print(f"slurmgen: could not drop {','.join(sorted(set(pins) - set(keep)))} from the nodes job {target} is"
