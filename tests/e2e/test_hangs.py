@@ -163,7 +163,9 @@ def test_a_node_where_a_rank_crashes_twice_is_excluded(spare_node, assets, tmp_p
 def test_a_lost_node_is_excluded_and_the_job_finishes_on_the_spare(spare_node, assets, tmp_path):
     steps = 40
     job_id = render_and_submit(
-        tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_STEP_SLEEP=0.5"],
+        # 1.5 s per step in the first run: it must outlast the kill by more than SlurmdTimeout (30 s)
+        # plus Slurm's notice, however fast the steps (the resumed run is not slowed).
+        tmp_path, [*UNEVEN, "--env", "SLURMGEN_TEST_STEP_SLEEP=1.5"],
         ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
     wait_progress(job_id, tmp_path / "run", 6)
     slurmd = int((STATE / "run" / "slurmd-node3.pid").read_text().split()[0])
