@@ -598,6 +598,10 @@ EOF
     for ((i = 0; i < maxg; i++)); do
         [[ -c $STATE/dev/nvidia$i ]] || mknod -m 666 "$STATE/dev/nvidia$i" c 195 "$i"
     done
+    # exactly those: a bigger layout's devices left here would look like GPUs no job was given
+    for f in "$STATE"/dev/nvidia*; do
+        [[ -e $f && ${f##*/nvidia} -ge $maxg ]] && rm -f "$f"
+    done
     {
         printf 'AutoDetect=off\n'
         for ((i = 1; i <= NODES; i++)); do
