@@ -10,6 +10,7 @@ def test_slices_follow_numa_nodes():
     assert [cores.slice_for(cpus, r, 2, node_of) for r in range(2)] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert [cores.slice_for(cpus, r, 4, node_of) for r in range(4)] == [[0, 2], [4, 6], [1, 3], [5, 7]]
     assert cores.ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert cores.cpus_in("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
 
 
 def test_no_binding_outside_torchrun():

@@ -279,13 +279,4 @@ def test_a_save_longer_than_the_collective_timeout_is_progress(module, tiny, tmp
         bound = sorted(re.findall(rf"slurmgen-train: rank \d \(local (\d) of 2\) bound to CPUs (\S+) of {cpus}\n",
                                   output))
         assert [local for local, _ in bound] == ["0", "1"], output[-4000:]
-        assert not _cpu_set(bound[0][1]) & _cpu_set(bound[1][1]), bound
-
-
-def _cpu_set(text):
-    """0-2,5 -> {0, 1, 2, 5}"""
-    out = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+        assert not cores.cpus_in(bound[0][1]) & cores.cpus_in(bound[1][1]), bound

@@ -55,3 +55,12 @@ def ranges(cpus: list[int]) -> str:
         else:
             out.append(str(c))
     return ",".join(out)
+
+
+def cpus_in(text: str) -> set[int]:
+    """0-2,5 -> {0, 1, 2, 5}: what ranges() wrote."""
+    out: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out

@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from tests.e2e.conftest import REPO, sft_args
+from train import cores
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
 LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
@@ -89,16 +90,7 @@ def test_ddp_loop_on_uneven_nodes(submit_job, assets, tmp_path):
     bound = dict(re.findall(r"slurmgen-train: rank (\d) \(local \d of 2\) bound to CPUs (\S+) of \S+", job.log))
     assert sorted(bound) == ["2", "3", "4", "5"], job.log[-3000:]
     for a, b in (("2", "3"), ("4", "5")):
-        assert not cpu_set(bound[a]) & cpu_set(bound[b]), bound
-
-
-def cpu_set(text):
-    """0-2,5 -> {0, 1, 2, 5}"""
-    out = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+        assert not cores.cpus_in(bound[a]) & cores.cpus_in(bound[b]), bound
 
 
 @pytest.mark.core
