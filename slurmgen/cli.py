@@ -1,4 +1,4 @@
-"""`slurmgen` command line: render, check, watch, report. Bad input is one line, exit status 2."""
+"""`slurmgen` command line: render, check, fit, watch, report. Bad input is one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -166,6 +166,30 @@ def check_command(**params):
     except SpecError as err:
         fail(str(err))
     sys.exit(0 if run_check(materialize(spec), alternatives=_alternatives(params, spec)) else 1)
+
+
+@cli.command("fit")
+@click.option("--gpu-mem", required=True, metavar="SIZE",
+              help="GPU memory, e.g. 80G: one for every node, or one per node like --gpus (24G,24G,80G,80G).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@job_options
+def fit_command(gpu_mem, as_json, **params):
+    """Say what would fit before queueing: GiB per GPU and per node for each strategy (DDP, LoRA,
+    QLoRA, FSDP, CPU offload), from the model's config.json alone, and the training arguments of
+    the one to use: `slurmgen fit --nodes 4 --gpus 1,1,2,2 --gpu-mem 80G -- --model_name_or_path M`.
+    Exit 0 when something fits, 1 when nothing does."""
+    from slurmgen import fit
+
+    try:
+        spec = spec_from_options(params)
+        gpu_gib = fit.parse_sizes("--gpu-mem", gpu_mem, len(spec.gpus))
+        counted = fit.count(spec)
+        result = fit.assess(counted.name, counted.model, fit.Training.from_settings(counted.settings),
+                            spec.gpus, gpu_gib, fit.host_memory(spec))
+    except (SpecError, fit.FitError) as err:
+        fail(str(err))
+    click.echo(fit.as_json(result) if as_json else fit.table(result))
+    sys.exit(0 if result.ok else 1)
 
 
 @cli.command("watch")
