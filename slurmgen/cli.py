@@ -148,6 +148,8 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     except ClusterError as error:
         fail(f"cannot ask the cluster: {error}", 1)
     verdict = assess(plan, cluster)
+    if plan.spec.script:
+        verdict = _read_script(plan.spec.script, verdict, cpu_only=not any(n.gpus for n in cluster.nodes))
     click.echo(verdict.text(), err=err)
     if verdict.ok:
         now = datetime.now()
@@ -155,6 +157,23 @@ def run_check(plan, err=False, alternatives=()) -> bool:
         for label, spec in alternatives:
             click.echo(f"alternative {label}: {estimate.ask(render(materialize(spec))).describe(now)}", err=err)
     return verdict.ok
+
+
+def _read_script(script: str, verdict, cpu_only: bool):
+    """The script's lines that would fail every rank after the queue wait fail the check too."""
+    from slurmgen.user_script import read
+
+    reading = read(script, cpu_only)
+    result = verdict.lines.pop() if verdict.lines and verdict.lines[-1].startswith("result:") else None
+    verdict.lines.append(reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
+                                          if reading.findings else f"script {script}: nothing found that would fail"))
+    verdict.lines.extend(f"  {line}" for line in reading.findings)
+    if reading.findings and verdict.ok:
+        result = "result: the layout can run, but the script would fail on every rank after the queue wait"
+        verdict.ok = False
+    if result:
+        verdict.lines.append(result)
+    return verdict
 
 
 @cli.command("check")

@@ -34,7 +34,9 @@ SHARD_BYTES = 5 * GIB  # the largest checkpoint shard a rank holds while loading
 CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.10
 _DTYPE_BYTES = {"float32": 4, None: 4, "bfloat16": 2, "float16": 2, "auto": 2}
-FSDP_CONFIG = '{"fsdp_version": 2, "cpu_ram_efficient_loading": true}'
+# cpu_ram_efficient_loading: local rank 0 reads the weights, the others receive them
+FSDP_CONFIG = '{"cpu_ram_efficient_loading": true}'
+FSDP_OFFLOAD_CONFIG = '{"cpu_ram_efficient_loading": true, "cpu_offload": true}'
 
 
 class FitError(ValueError):
@@ -58,9 +60,8 @@ class Strategy:
             args += ["--load_in_4bit"]
             if self.sharded:  # FSDP flattens parameters of one dtype: 4-bit packed in bf16
                 args += ["--bnb_4bit_quant_storage", "bfloat16", "--dtype", "bfloat16"]
-        if self.sharded:
-            args += ["--fsdp", "full_shard offload auto_wrap" if self.offload else "full_shard auto_wrap",
-                     "--fsdp_config", FSDP_CONFIG]
+        if self.sharded:  # FSDP2, each block its own unit (transformers' defaults)
+            args += ["--fsdp", "--fsdp_config", FSDP_OFFLOAD_CONFIG if self.offload else FSDP_CONFIG]
         return args
 
 
@@ -115,11 +116,11 @@ class Training:
             raise FitError(f"--dtype {dtype!r}: expected one of auto, bfloat16, float16, float32")
         fsdp = s.get("fsdp") or ""
         fsdp = " ".join(fsdp) if isinstance(fsdp, (list, tuple)) else str(fsdp)
-        sharded = bool(re.search(r"full_shard|shard_grad_op|hybrid_shard", fsdp))
-        four_bit = bool(s.get("load_in_4bit"))
-        lora = bool(s.get("use_peft"))
-        chosen = Strategy("your arguments", sharded=sharded, offload=sharded and "offload" in fsdp,
-                          lora=lora, four_bit=four_bit)
+        # --fsdp alone (transformers 5) or the older "full_shard auto_wrap [offload]" words
+        sharded = fsdp == "True" or bool(re.search(r"full_shard|shard_grad_op|hybrid_shard", fsdp))
+        offload = "offload" in fsdp or _config(s.get("fsdp_config")).get("cpu_offload") is True
+        chosen = Strategy("your arguments", sharded=sharded, offload=sharded and offload,
+                          lora=bool(s.get("use_peft")), four_bit=bool(s.get("load_in_4bit")))
         targets = s.get("lora_target_modules") or ()
         return cls(
             weight_bytes=_DTYPE_BYTES[dtype],
@@ -131,6 +132,21 @@ class Training:
             optimizer_8bit="8bit" in str(s.get("optim") or ""),
             chosen=next((st for st in STRATEGIES if _same(st, chosen)), chosen),
         )
+
+
+def _config(value) -> dict:
+    """--fsdp_config as given: a JSON object, a JSON file, or nothing."""
+    if isinstance(value, dict):
+        return value
+    if not value:
+        return {}
+    try:
+        if str(value).lstrip().startswith("{"):
+            return json.loads(value)
+        with open(value) as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise FitError(f"--fsdp_config {value!r}: not a JSON object or JSON file ({exc})") from None
 
 
 def _same(a: Strategy, b: Strategy) -> bool:

@@ -51,7 +51,7 @@ def test_seed_70b_at_80_gib_ddp_does_not_fit_qlora_does(render_args):
     assert seen["DDP + QLoRA 4-bit"] == "fits"
     assert "your arguments select DDP: does not fit" in result.output
     # full fine-tuning asked for: the recommendation keeps every parameter trained
-    assert "recommended: FSDP + CPU offload, with the training arguments --fsdp 'full_shard offload auto_wrap'" \
+    assert "recommended: FSDP + CPU offload, with the training arguments --fsdp --fsdp_config '{\"cpu_ram_efficient_loading\": true, \"cpu_offload\": true}'" \
         in result.output
 
 
@@ -63,7 +63,7 @@ def test_seed_70b_at_24_gib_only_sharded_4_bit_or_offload_fits(render_args):
     assert seen["FSDP + QLoRA"] == "fits"
     assert "your arguments select DDP + LoRA: does not fit" in result.output
     assert ("recommended: FSDP + QLoRA, with the training arguments --use_peft --lora_r 16 --load_in_4bit"
-            " --bnb_4bit_quant_storage bfloat16 --dtype bfloat16 --fsdp 'full_shard auto_wrap' --fsdp_config") \
+            " --bnb_4bit_quant_storage bfloat16 --dtype bfloat16 --fsdp --fsdp_config") \
         in result.output
 
 
@@ -145,3 +145,26 @@ def test_bad_input_is_one_line_exit_2(render_args, args, message):
     assert result.exit_code == 2, result.output
     assert result.output.startswith("slurmgen: error: " + message), result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("settings, chosen", [
+    ({}, "DDP"),
+    ({"use_peft": True}, "DDP + LoRA"),
+    ({"use_peft": True, "load_in_4bit": True}, "DDP + QLoRA 4-bit"),
+    ({"fsdp": "True"}, "FSDP full shard"),
+    ({"fsdp": "full_shard auto_wrap"}, "FSDP full shard"),
+    ({"fsdp": "True", "fsdp_config": '{"cpu_offload": true}'}, "FSDP + CPU offload"),
+    ({"fsdp": "full_shard offload auto_wrap"}, "FSDP + CPU offload"),
+    ({"fsdp": "True", "use_peft": True, "load_in_4bit": True}, "FSDP + QLoRA"),
+])
+def test_the_training_arguments_select_a_strategy(settings, chosen):
+    from slurmgen.fit import STRATEGIES, Training
+
+    assert Training.from_settings(settings).chosen.name == chosen
+    # and each strategy's own arguments select it again
+    strategy = next(s for s in STRATEGIES if s.name == chosen)
+    args = strategy.arguments(16)
+    parsed = {"use_peft": "--use_peft" in args, "load_in_4bit": "--load_in_4bit" in args,
+              "fsdp": "True" if "--fsdp" in args else None,
+              "fsdp_config": args[args.index("--fsdp_config") + 1] if "--fsdp_config" in args else None}
+    assert Training.from_settings(parsed).chosen.name == chosen

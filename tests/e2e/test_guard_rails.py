@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import BIN
+from tests.e2e.conftest import BIN, REPO
 
 SLURMGEN = str(BIN / "slurmgen")
 
@@ -56,6 +56,21 @@ def test_check_bad_input_is_exit_2(cluster):
     result = check("--nodes", "2", "--gpus", "1,2,3")
     assert result.returncode == 2
     assert result.stderr.startswith("slurmgen: error: --gpus '1,2,3': 3 counts given for --nodes 2")
+
+
+def test_check_names_the_lines_of_the_seeds_script_that_would_fail_every_rank(cluster):
+    """The layout can run, but seed 000's train.py (as written) fails on every rank after the
+    queue wait: check says so, line by line, and exits 1; nothing is asked of sbatch."""
+    seed = REPO / "tests" / "data" / "seed000" / "train.py"
+    result = check("--nodes", "4", "--gpus", "1,1,2,2", "--script", str(seed))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"script {seed}: 4 line(s) would fail on every rank:\n  {seed}:12: from_pretrained(device_map='auto')" \
+        in result.stdout
+    for line in (20, 22, 23):
+        assert f"\n  {seed}:{line}: SFTTrainer(" in result.stdout
+    assert result.stdout.rstrip().endswith(
+        "result: the layout can run, but the script would fail on every rank after the queue wait")
+    assert "sbatch --test-only" not in result.stdout
 
 
 @pytest.mark.timeout(300)

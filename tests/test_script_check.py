@@ -1,0 +1,79 @@
+"""A user's script read before queueing (issue 25, item 7): the lines of seed 000's train.py
+that fail on every rank after the queue wait, each with its fix; the fixed script passes."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmgen.user_script import read
+
+SEED = Path(__file__).parent / "data" / "seed000" / "train.py"
+
+
+def fixed_seed_source() -> str:
+    """The seed's code with the four fixes check names (and nothing else changed)."""
+    text = SEED.read_text()
+    text = text.replace('from trl import SFTTrainer', 'from trl import SFTConfig, SFTTrainer')
+    text = text.replace(',\n    device_map="auto"  # 自动分配模型权重到可用GPU\n', '\n')
+    text = text.replace('    tokenizer=tokenizer,', '    processing_class=tokenizer,')
+    return text.replace('    dataset_text_field="text",\n    max_seq_length=512,\n',
+                        '    args=SFTConfig(dataset_text_field="text", max_length=512),\n')
+
+
+def test_the_seeds_script_is_named_line_by_line_with_fixes():
+    reading = read(str(SEED))
+    assert reading.note == ""
+    lines = {line.split(": ", 1)[0].rsplit(":", 1)[1]: line.split(": ", 1)[1] for line in reading.findings}
+    assert sorted(lines, key=int) == ["12", "20", "22", "23"], reading.findings
+    assert lines["12"].startswith("from_pretrained(device_map='auto'): spreads one model over every GPU of the"
+                                  " node in every rank, wrong under torchrun (DDP, FSDP); drop it")
+    assert lines["20"].endswith("takes no tokenizer=; pass it as processing_class=... (TRL renamed tokenizer= to"
+                                " processing_class=)")
+    assert lines["22"].endswith("takes no dataset_text_field=; give SFTConfig(dataset_text_field=...) as args="
+                                " (an SFTConfig option now)")
+    assert lines["23"].endswith("takes no max_seq_length=; give SFTConfig(max_length=...) as args= (renamed, and"
+                                " moved to SFTConfig)")
+    assert all(line.startswith(f"{SEED}:") for line in reading.findings)
+
+
+def test_the_fixed_script_passes(tmp_path):
+    fixed = tmp_path / "train.py"
+    fixed.write_text(fixed_seed_source())
+    assert read(str(fixed)).findings == ()
+
+
+@pytest.mark.parametrize("source, cpu_only, expected", [
+    ('m = AutoModelForCausalLM.from_pretrained("x", load_in_8bit=True)\n', False,
+     "1: from_pretrained(load_in_8bit=...): transformers takes it only inside a quantization config;"
+     " use quantization_config=BitsAndBytesConfig(load_in_8bit=True)"),
+    ('import torch.distributed as dist\ndist.init_process_group("nccl")\n', True,
+     '2: init_process_group("nccl"): the job\'s nodes have no GPU and nccl needs one; use "gloo", or leave'
+     ' the backend out (torch picks gloo on CPU, nccl on GPUs)'),
+    ('args = TrainingArguments(output_dir="o", evaluation_strategy="steps")\n', False,
+     "1: TrainingArguments(evaluation_strategy=...): transformers"),
+    ('args = SFTConfig(output_dir="o", no_such_option=1)\n', False,
+     "1: SFTConfig(no_such_option=...): trl"),
+])
+def test_each_kind_of_finding(tmp_path, source, cpu_only, expected):
+    script = tmp_path / "s.py"
+    script.write_text(source)
+    findings = read(str(script), cpu_only).findings
+    assert len(findings) == 1 and findings[0].startswith(f"{script}:{expected}"), findings
+
+
+def test_per_rank_device_map_and_gpu_backends_are_fine(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text('import os\nm = AutoModelForCausalLM.from_pretrained("x", device_map={"": int(os.environ["LOCAL_RANK"])})\n'
+                      'dist.init_process_group("nccl")\n')
+    assert read(str(script)).findings == ()  # nccl: fine where the nodes have GPUs
+
+
+def test_an_unparsable_script_is_a_note_not_a_finding(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("def broken(:\n")
+    reading = read(str(script))
+    assert reading.findings == ()
+    assert reading.note.startswith(f"{script} not read: {script}: cannot read it as Python (line 1)")
+    run = subprocess.run([sys.executable, "-m", "train.script_check", str(script)], capture_output=True, text=True)
+    assert run.returncode == 2

@@ -1,0 +1,154 @@
+"""Read a user's training script without running it: the lines that would fail on every rank
+after the queue wait, each with its one-line fix.
+
+    python -m train.script_check SCRIPT [--cpu-only]
+
+Prints one finding per line, `SCRIPT:LINE: what: fix`, and exits 0 (none), 1 (some) or 2 (the
+script cannot be read or parsed). What it looks for:
+  * keyword arguments the installed TRL and transformers no longer take, in calls of SFTTrainer,
+    SFTConfig, Trainer and TrainingArguments (checked against the installed signatures; known
+    renames get their new name);
+  * `device_map=` in from_pretrained: one model spread over every GPU of the node, in every rank;
+  * `load_in_8bit=`/`load_in_4bit=` given to from_pretrained rather than in a quantization config;
+  * `init_process_group("nccl")` when the job's nodes have no GPU (--cpu-only).
+Only the call's last name is matched (`trl.SFTTrainer(...)` and `SFTTrainer(...)` alike), so a
+class of the same name from elsewhere is read as these are; the script is never imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+from dataclasses import fields, is_dataclass
+
+# (callee, keyword) -> the fix, for the renames and moves users meet in older examples.
+KNOWN = {
+    ("SFTTrainer", "tokenizer"): "pass it as processing_class=... (TRL renamed tokenizer= to processing_class=)",
+    ("Trainer", "tokenizer"): "pass it as processing_class=... (transformers renamed tokenizer= to processing_class=)",
+    ("SFTTrainer", "max_seq_length"): "give SFTConfig(max_length=...) as args= (renamed, and moved to SFTConfig)",
+    ("SFTConfig", "max_seq_length"): "use max_length=... (TRL renamed max_seq_length to max_length)",
+    ("TrainingArguments", "evaluation_strategy"): "use eval_strategy=... (transformers renamed it)",
+    ("SFTConfig", "evaluation_strategy"): "use eval_strategy=... (transformers renamed it)",
+    ("TrainingArguments", "no_cuda"): "use use_cpu=... (transformers renamed it)",
+    ("SFTConfig", "no_cuda"): "use use_cpu=... (transformers renamed it)",
+}
+QUANTIZE = "load_in_8bit", "load_in_4bit"
+
+
+def accepted(callee: str):
+    """The keyword names the installed callee takes; None when it takes any (or is unknown)."""
+    if callee in ("SFTTrainer", "SFTConfig"):
+        import trl
+
+        target = getattr(trl, callee)
+    elif callee in ("Trainer", "TrainingArguments"):
+        import transformers
+
+        target = getattr(transformers, callee)
+    else:
+        return None
+    if is_dataclass(target):
+        return {f.name for f in fields(target)}
+    params = inspect.signature(target.__init__).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params} - {"self"}
+
+
+def version_of(callee: str) -> str:
+    import importlib.metadata
+
+    package = "trl" if callee.startswith("SFT") else "transformers"
+    return f"{package} {importlib.metadata.version(package)}"
+
+
+def callee_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def keyword_findings(call: ast.Call, callee: str, cache: dict) -> list[tuple[int, str]]:
+    if callee not in cache:
+        cache[callee] = accepted(callee)
+    taken = cache[callee]
+    out = []
+    for kw in call.keywords:
+        if kw.arg is None or (taken is not None and kw.arg in taken):
+            continue
+        fix = KNOWN.get((callee, kw.arg))
+        if fix is None and taken is None:
+            continue
+        if fix is None and callee == "SFTTrainer" and kw.arg in (cache.setdefault("SFTConfig", accepted("SFTConfig")) or ()):
+            fix = f"give SFTConfig({kw.arg}=...) as args= (an SFTConfig option now)"
+        out.append((kw.lineno, f"{callee}({kw.arg}=...): {version_of(callee)} takes no {kw.arg}=; {fix or 'remove it'}"))
+    return out
+
+
+def from_pretrained_findings(call: ast.Call) -> list[tuple[int, str]]:
+    out = []
+    for kw in call.keywords:
+        if kw.arg == "device_map" and not _per_rank(kw.value):
+            shown = ast.unparse(kw.value)
+            out.append((kw.lineno, f"from_pretrained(device_map={shown}): spreads one model over every GPU of the node in"
+                       f" every rank, wrong under torchrun (DDP, FSDP); drop it (each rank trains on its own GPU),"
+                       f" or for 4-bit use device_map={{'': int(os.environ['LOCAL_RANK'])}}"))
+        if kw.arg in QUANTIZE:
+            out.append((kw.lineno, f"from_pretrained({kw.arg}=...): transformers takes it only inside a"
+                                   f" quantization config; use quantization_config=BitsAndBytesConfig({kw.arg}=True)"))
+    return out
+
+
+def _per_rank(value: ast.expr) -> bool:
+    """device_map={"": LOCAL_RANK-ish}: one device for the whole model, this rank's own."""
+    return isinstance(value, ast.Dict) and len(value.keys) == 1 and \
+        isinstance(value.keys[0], ast.Constant) and value.keys[0].value == ""
+
+
+def nccl_findings(call: ast.Call) -> list[str]:
+    backend = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "backend"), None)
+    if isinstance(backend, ast.Constant) and isinstance(backend.value, str) and "nccl" in backend.value:
+        return [f'init_process_group("{backend.value}"): the job\'s nodes have no GPU and nccl needs one;'
+                f' use "gloo", or leave the backend out (torch picks gloo on CPU, nccl on GPUs)']
+    return []
+
+
+def check(source: str, cpu_only: bool = False) -> list[tuple[int, str]]:
+    """(line, finding) for the source, in line order."""
+    cache: dict = {}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = callee_name(node)
+        if callee in ("SFTTrainer", "SFTConfig", "Trainer", "TrainingArguments"):
+            found += keyword_findings(node, callee, cache)
+        elif callee == "from_pretrained":
+            found += from_pretrained_findings(node)
+        elif callee == "init_process_group" and cpu_only:
+            found += [(node.lineno, f) for f in nccl_findings(node)]
+    return sorted(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cpu_only = "--cpu-only" in argv
+    paths = [a for a in argv if a != "--cpu-only"]
+    if len(paths) != 1:
+        print("usage: python -m train.script_check SCRIPT [--cpu-only]", file=sys.stderr)
+        return 2
+    path = paths[0]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            findings = check(fh.read(), cpu_only)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+        print(f"{path}: cannot read it as Python{where}: {exc.msg if isinstance(exc, SyntaxError) else exc}")
+        return 2
+    for line, text in findings:
+        print(f"{path}:{line}: {text}")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
