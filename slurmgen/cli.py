@@ -13,7 +13,7 @@ from slurmgen.errors import OneLineErrors, fail
 from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import needs_submitter, render, render_prep, render_submitter
-from slurmgen.spec import SpecError, compact_gpus
+from slurmgen.spec import SpecError, compact_gpus, train_arg
 
 
 def _check_output_path(output: str) -> None:
@@ -148,6 +148,8 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     except ClusterError as error:
         fail(f"cannot ask the cluster: {error}", 1)
     verdict = assess(plan, cluster)
+    if plan.spec.gpu_mem and train_arg(plan.spec.train_args, "--model_name_or_path", "--model-name-or-path"):
+        verdict = _fit_check(plan.spec, verdict)
     if plan.spec.script:
         verdict = _read_script(plan.spec.script, verdict, cpu_only=not any(n.gpus for n in cluster.nodes))
     click.echo(verdict.text(), err=err)
@@ -157,6 +159,25 @@ def run_check(plan, err=False, alternatives=()) -> bool:
         for label, spec in alternatives:
             click.echo(f"alternative {label}: {estimate.ask(render(materialize(spec))).describe(now)}", err=err)
     return verdict.ok
+
+
+def _fit_check(spec, verdict):
+    """With --gpu-mem and a model, the strategy the training arguments choose must fit."""
+    from slurmgen import fit
+
+    try:
+        result = fit.assess_spec(spec)
+    except fit.FitError as err:
+        fail(str(err))
+    line = fit.verdict_line(result)
+    ending = verdict.lines.pop() if verdict.lines and verdict.lines[-1].startswith("result:") else None
+    verdict.lines.append(line)
+    if not result.chosen.fits and verdict.ok:
+        ending = "result: the layout can run, but the model does not fit it with these training arguments"
+        verdict.ok = False
+    if ending:
+        verdict.lines.append(ending)
+    return verdict
 
 
 def _read_script(script: str, verdict, cpu_only: bool):
@@ -188,11 +209,9 @@ def check_command(**params):
 
 
 @cli.command("fit")
-@click.option("--gpu-mem", required=True, metavar="SIZE",
-              help="GPU memory, e.g. 80G: one for every node, or one per node like --gpus (24G,24G,80G,80G).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @job_options
-def fit_command(gpu_mem, as_json, **params):
+def fit_command(as_json, **params):
     """Say what would fit before queueing: GiB per GPU and per node for each strategy (DDP, LoRA,
     QLoRA, FSDP, CPU offload), from the model's config.json alone, and the training arguments of
     the one to use: `slurmgen fit --nodes 4 --gpus 1,1,2,2 --gpu-mem 80G -- --model_name_or_path M`.
@@ -201,10 +220,9 @@ def fit_command(gpu_mem, as_json, **params):
 
     try:
         spec = spec_from_options(params)
-        gpu_gib = fit.parse_sizes("--gpu-mem", gpu_mem, len(spec.gpus))
-        counted = fit.count(spec)
-        result = fit.assess(counted.name, counted.model, fit.Training.from_settings(counted.settings),
-                            spec.gpus, gpu_gib, fit.host_memory(spec))
+        if not spec.gpu_mem:
+            raise SpecError("give the GPUs' memory: --gpu-mem SIZE (80G), or one per node like --gpus")
+        result = fit.assess_spec(spec)
     except (SpecError, fit.FitError) as err:
         fail(str(err))
     click.echo(fit.as_json(result) if as_json else fit.table(result))

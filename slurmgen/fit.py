@@ -304,7 +304,7 @@ def table(fit: Fit) -> str:
                      f"{_gib(max(est.host_per_node)):>15}  {mark}")
     lines.append("")
     chosen = fit.chosen
-    lines.append(f"your arguments select {chosen.strategy if chosen.strategy != 'your arguments' else _describe(tr.chosen)}:"
+    lines.append(f"your arguments select {chosen_name(fit)}:"
                  f" {'fits' if chosen.fits else 'does not fit (' + chosen.why + ')'}")
     if fit.recommended:
         lines.append(f"recommended: {fit.recommended.strategy}, with the training arguments"
@@ -313,6 +313,11 @@ def table(fit: Fit) -> str:
         lines.append("nothing fits: more GPUs, GPUs with more memory, a shorter --max_length or a smaller"
                      " --per_device_train_batch_size (with --gradient_accumulation_steps)")
     return "\n".join(lines)
+
+
+def chosen_name(fit: Fit) -> str:
+    """The strategy the training arguments select, by its table name when it has one."""
+    return fit.chosen.strategy if fit.chosen.strategy != "your arguments" else _describe(fit.training.chosen)
 
 
 def _describe(s: Strategy) -> str:
@@ -393,3 +398,21 @@ def host_memory(spec) -> Optional[tuple[float, ...]]:
     if spec.mem and memory_mb(spec.mem):
         return tuple(memory_mb(spec.mem) / 1024 for _ in spec.gpus)
     return None
+
+
+def assess_spec(spec) -> Fit:
+    """The whole fit for a job spec with --gpu-mem: count the model, then judge every strategy."""
+    counted = count(spec)
+    return assess(counted.name, counted.model, Training.from_settings(counted.settings), spec.gpus,
+                  parse_sizes("--gpu-mem", spec.gpu_mem, len(spec.gpus)), host_memory(spec))
+
+
+def verdict_line(fit: Fit) -> str:
+    """One line for `check`: the chosen strategy's verdict, and the nearest that fits when it does not."""
+    chosen = fit.chosen
+    name = chosen_name(fit)
+    if chosen.fits:
+        return f"fit: {fit.model_name} with {name}: fits ({chosen.total:.1f} GiB per GPU of {min(fit.gpu_gib):g})"
+    nearest = (f"; the nearest that fits: {fit.recommended.strategy}, with the training arguments"
+               f" {_join(fit.recommended.arguments) or '(none)'}") if fit.recommended else "; nothing fits (slurmgen fit)"
+    return f"cannot run: {fit.model_name} with {name} does not fit ({chosen.why}){nearest}"

@@ -198,6 +198,7 @@ class JobSpec:
     cpus_per_gpu: int = 4
     mem: Optional[str] = None
     constraint: Optional[str] = None
+    gpu_mem: Optional[str] = None          # for slurmgen fit and --check: slurmgen.fit.parse_sizes
     nodelist: tuple[str, ...] = ()
     exclude: Optional[str] = None
     log_dir: str = "logs"
@@ -283,6 +284,13 @@ class JobSpec:
                               ("--qos", self.qos), ("--exclude", self.exclude)):
             _check_word(option, value)
         _check_word("--constraint", self.constraint, _CONSTRAINT)
+        if self.gpu_mem is not None:
+            from slurmgen.fit import FitError, parse_sizes
+
+            try:
+                parse_sizes("--gpu-mem", self.gpu_mem, len(self.gpus))
+            except FitError as err:
+                raise SpecError(str(err)) from None
         for host in self.nodelist:
             _check_word("--nodelist", host)
         if self.nodelist and len(self.nodelist) != self.nodes:

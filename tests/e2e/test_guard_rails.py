@@ -73,6 +73,24 @@ def test_check_names_the_lines_of_the_seeds_script_that_would_fail_every_rank(cl
     assert "sbatch --test-only" not in result.stdout
 
 
+def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster):
+    """With --gpu-mem, check runs fit's arithmetic for the strategy the arguments choose: the seed's
+    70B model under DDP + LoRA on 24 GB GPUs is refused with the nearest strategy that fits;
+    FSDP + QLoRA passes."""
+    model = ["--model_name_or_path", str(REPO / "tests" / "data" / "llama-2-70b"), "--max_length", "512",
+             "--dtype", "bfloat16", "--use_peft"]
+    result = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "with DDP + LoRA does not fit (151.5 GiB per GPU > 24); the nearest that fits: FSDP + QLoRA, with the" \
+           " training arguments --use_peft --lora_r 16 --load_in_4bit" in result.stdout
+    assert result.stdout.rstrip().endswith(
+        "result: the layout can run, but the model does not fit it with these training arguments")
+    fitting = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model, "--load_in_4bit",
+                    "--fsdp", "--bnb_4bit_quant_storage", "bfloat16")
+    assert fitting.returncode == 0, fitting.stdout + fitting.stderr
+    assert "with FSDP + QLoRA 4-bit: fits (18.4 GiB per GPU of 24)" in fitting.stdout
+
+
 @pytest.mark.timeout(300)
 def test_preflight_stops_a_job_whose_node_differs(submit_job, tmp_path):
     # node3 sees another trl, as if its environment had drifted: a dist-info shadowing the real one.
