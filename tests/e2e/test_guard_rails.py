@@ -88,7 +88,7 @@ def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster):
     fitting = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model, "--load_in_4bit",
                     "--fsdp", "--bnb_4bit_quant_storage", "bfloat16")
     assert fitting.returncode == 0, fitting.stdout + fitting.stderr
-    assert "with FSDP + QLoRA 4-bit: fits (18.4 GiB per GPU of 24)" in fitting.stdout
+    assert "with FSDP + QLoRA: fits (18.4 GiB per GPU of 24)" in fitting.stdout
 
 
 @pytest.mark.timeout(300)
