@@ -191,8 +191,8 @@ class RankView:
 
 
 def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
-    """Summary lines, odd ones out first, and the node to blame: the one node every odd rank is
-    on, or None when the ranks agree or point at several nodes.
+    """Summary lines, odd ones out first, and the node to blame: the one node every stopped or
+    exited rank is on, else every odd rank; None when the ranks agree or point at several nodes.
 
     Where some ranks wait in a collective and others do not, those others are the odd ones out
     (a rank in forward's buffer broadcast and one in backward's all_reduce wait for the same
@@ -222,7 +222,9 @@ def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
         verb = ("is" if len(rest) == 1 else "wait") if odd else "are all"
         lines.append(f"{noun} {ranks} on {_hosts(v.host for v in rest)} (step {ranges({v.step for v in rest})}) "
                      f"{verb} in {place}{elsewhere}")
-    suspects = {v.host for v in odd}
+    # A stopped, exited or traced process is the hang's cause; ranks merely elsewhere (one still
+    # in a backward whose all_reduce waits for it) are its effect.
+    suspects = {v.host for v in odd if v.unusual_state} or {v.host for v in odd}
     return lines, (suspects.pop() if len(suspects) == 1 and rest else None)
 
 

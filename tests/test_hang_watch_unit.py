@@ -88,6 +88,20 @@ def test_a_stopped_rank_is_odd_even_where_the_others_are():
     assert suspect == "node2"
 
 
+def test_a_stopped_rank_is_blamed_not_its_peer_still_in_backward():
+    """Seen in CI: rank 3 stopped (SIGSTOP) mid-backward, rank 2 on another node caught in its own
+    backward (DDP's all_reduce waits inside it for rank 3), the rest in the next all_reduce. Both
+    are odd ones out and both are named; only the stopped one's node is to blame."""
+    backward = "_engine_run_backward (torch/autograd/graph.py:979), called from _main (train/ddp_loop.py:190)"
+    reduce = "all_reduce (torch/distributed/distributed_c10d.py:3252), called from _main (train/ddp_loop.py:199)"
+    lines, suspect = hangs.summarize(views(
+        (0, "node1", 6, "S", reduce), (1, "node3", 6, "S", reduce), (2, "node3", 6, "S", backward),
+        (3, "node4", 6, "T", backward), (4, "node4", 6, "S", reduce), (5, "node5", 6, "S", reduce)))
+    assert lines[:2] == [f"rank 2 on node3 (step 6) is in {backward}",
+                         f"rank 3 on node4 (step 6, stopped by a signal (SIGSTOP?)) is in {backward}"]
+    assert suspect == "node4"
+
+
 def test_ranks_that_agree_blame_no_node():
     lines, suspect = hangs.summarize(views((0, "node1", 5, "S", "x (a.py:1)"), (1, "node2", 5, "S", "x (a.py:1)")))
     assert lines == ["ranks 0-1 on node[1-2] (step 5) are all in x (a.py:1)"] and suspect is None
