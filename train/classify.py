@@ -109,7 +109,7 @@ def _main(argv: list[str]) -> dict | None:
 
     extra = {} if cargs.num_labels is None else {"num_labels": cargs.num_labels}
     model = AutoModelForSequenceClassification.from_pretrained(cargs.model_name_or_path, **extra)
-    trainer = Trainer(
+    trainer = hf.sharded_on_cpus(Trainer)(
         model=model,
         args=targs,
         train_dataset=train_ds,

@@ -45,6 +45,52 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     return defaults
 
 
+def fsdp_blocks(model) -> list[str]:
+    """The classes FSDP shards as units: the model's own (_no_split_modules) except one holding
+    the input embeddings (BERT's BertEmbeddings), which accelerate shards again by itself and
+    then fails ("Invariant encountered: value was None")."""
+    names = list(getattr(model, "_no_split_modules", None) or [])
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embeddings is None:
+        return names
+    holding = {type(m).__name__ for m in model.modules() if m is not embeddings
+               and any(child is embeddings for child in m.modules())}
+    return [name for name in names if name not in holding]
+
+
+def sharded_on_cpus(trainer_class):
+    """The trainer class, with --fsdp honoured on CPUs too, and FSDP's units chosen (fsdp_blocks).
+
+    accelerate turns the Trainer's FSDP arguments into FSDP only on accelerators: on CPUs (a
+    CPU-only partition, the local test cluster) the job would train replicated and say nothing.
+    FSDP2 itself runs on CPUs over gloo, so the accelerator is set up for it as it would be on GPUs.
+    """
+
+    class Sharded(trainer_class):
+        def create_accelerator_and_postprocess(self):
+            plugin_args = self.args.fsdp_plugin_args
+            if plugin_args is not None and not plugin_args.get("transformer_cls_names_to_wrap"):
+                blocks = fsdp_blocks(self.model)
+                if blocks:
+                    plugin_args["transformer_cls_names_to_wrap"] = ",".join(blocks)
+            super().create_accelerator_and_postprocess()
+            if self.args.fsdp_plugin_args is None or self.is_fsdp_enabled:
+                return
+            from accelerate.state import PartialState
+            from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+            state = self.accelerator.state
+            if state.distributed_type != DistributedType.MULTI_CPU:
+                return
+            state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+            # accelerate keeps the type twice, and reads it back from the process-wide copy
+            state.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            self.is_fsdp_enabled = True
+
+    Sharded.__name__ = Sharded.__qualname__ = trainer_class.__name__
+    return Sharded
+
+
 def count_tokens_by_default(args, argv: list[str]) -> None:
     """Count non-padding tokens (for tokens_per_second) unless the user chose otherwise.
 

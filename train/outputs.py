@@ -105,11 +105,24 @@ class ProgressLog:
             fh.write(json.dumps(line) + "\n")
 
 
-def rank_report(denv: DistEnv, data_prep_seconds: float | None) -> dict[str, Any]:
+def held_parameters(model) -> tuple[int, bool]:
+    """Bytes of parameters this rank holds, and whether they are shards (FSDP2's DTensors)."""
+    held, sharded = 0, False
+    for p in model.parameters():
+        if hasattr(p, "to_local"):
+            p, sharded = p.to_local(), True
+        held += p.numel() * p.element_size()
+    return held, sharded
+
+
+def rank_report(denv: DistEnv, data_prep_seconds: float | None, model=None) -> dict[str, Any]:
     """What every rank contributes to metrics.json, gathered in one collective."""
     import resource
 
+    held, sharded = held_parameters(model) if model is not None else (None, False)
     mine = {
+        "param_bytes": held,
+        "sharded": sharded,
         "host": socket.gethostname(),
         # ru_maxrss is in KiB on Linux.
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -136,6 +149,9 @@ def rank_report(denv: DistEnv, data_prep_seconds: float | None) -> dict[str, Any
         # The job waits for its slowest rank.
         "data_prep_seconds": max(preps) if preps else None,
     }
+    if model is not None:
+        report["sharding"] = "fsdp" if any(r["sharded"] for r in everyone) else "replicated"
+        report["param_bytes_per_rank"] = [r["param_bytes"] for r in everyone]
     if any(r["gpu_mb"] is not None for r in everyone):
         report["peak_gpu_mb_per_rank"] = [r["gpu_mb"] and round(r["gpu_mb"], 1) for r in everyone]
     return report
@@ -172,7 +188,7 @@ def finish(
         "train_runtime": elapsed,
         "resumed_from_step": resumed_from_step,
         "stopped_early": stopped_early,
-        **rank_report(denv, data_prep_seconds),
+        **rank_report(denv, data_prep_seconds, model),
     }
     if extra:
         metrics.update(extra)
@@ -194,6 +210,8 @@ def param_digest(model) -> str:
     h = hashlib.sha256()
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if hasattr(p, "full_tensor"):  # an FSDP shard: every rank gathers the whole (collective)
+                p = p.full_tensor()
             h.update(name.encode())
             h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()

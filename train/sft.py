@@ -194,7 +194,7 @@ def _main(argv: list[str]) -> dict | None:
 
     model, tokenizer = load_model(model_args, denv), load_tokenizer(model_args)
     t0 = time.perf_counter()
-    trainer = SFTTrainer(
+    trainer = hf.sharded_on_cpus(SFTTrainer)(
         model=model,
         args=cfg,
         train_dataset=train_ds,
