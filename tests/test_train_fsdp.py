@@ -16,26 +16,32 @@ from train_fixtures import (assert_ok, assert_same_params, classify_args, hf_cac
 FSDP = ["--fsdp", "--fsdp_config", '{"cpu_ram_efficient_loading": true}']
 
 
-@pytest.mark.timeout(300)
-def test_sft_fsdp_shards_the_parameters_and_matches_ddp(tiny, tmp_path, hf_cache):
+@pytest.mark.timeout(400)
+def test_sft_fsdp_shards_matches_ddp_and_resumes_exactly(tiny, tmp_path, hf_cache):
+    """DDP for 6 steps; FSDP for 3, stopped, and again to 6 from its checkpoint (a constant
+    learning rate, so that both FSDP runs follow one schedule): every step runs once and every
+    loss is DDP's."""
     env = subprocess_env(hf_cache, SLURMGEN_TEST_PARAM_DIGEST_DIR=str(tmp_path / "digests"))
-    runs = {}
-    for mode, extra in (("ddp", []), ("fsdp", FSDP)):
-        out = tmp_path / mode
-        assert_ok(run_torchrun("train.sft", sft_args(tiny, out, 6, 6, "--seed", "1", *extra), 2, env))
-        runs[mode] = out
-    ddp, fsdp = read_metrics(runs["ddp"]), read_metrics(runs["fsdp"])
+    constant = ["--seed", "1", "--lr_scheduler_type", "constant"]
+    ddp_out, fsdp_out = tmp_path / "ddp", tmp_path / "fsdp"
+    assert_ok(run_torchrun("train.sft", sft_args(tiny, ddp_out, 6, 3, *constant), 2, env))
+    for steps in (3, 6):
+        assert_ok(run_torchrun("train.sft", sft_args(tiny, fsdp_out, steps, 3, *constant, *FSDP), 2, env))
+    ddp, fsdp = read_metrics(ddp_out), read_metrics(fsdp_out)
     assert ddp["sharding"] == "replicated" and fsdp["sharding"] == "fsdp"
+    assert fsdp["resumed_from_step"] == 3 and fsdp["global_step"] == 6
     whole = ddp["param_bytes_per_rank"][0]
     assert ddp["param_bytes_per_rank"] == [whole, whole]
     assert [share / (whole / 2) for share in fsdp["param_bytes_per_rank"]] == pytest.approx([1, 1], rel=0.05)
-    losses = {mode: [line["loss"] for line in progress_lines(out)] for mode, out in runs.items()}
-    assert len(losses["fsdp"]) == 6 and losses["fsdp"] == pytest.approx(losses["ddp"], rel=1e-4)
-    assert fsdp["last_loss"] < fsdp["first_loss"]
+    fsdp_steps = [line["step"] for line in progress_lines(fsdp_out)]
+    assert fsdp_steps == [1, 2, 3, 4, 5, 6]
+    losses = {name: [line["loss"] for line in progress_lines(out)] for name, out in (("ddp", ddp_out),
+                                                                                        ("fsdp", fsdp_out))}
+    assert losses["fsdp"] == pytest.approx(losses["ddp"], rel=1e-4)
     assert_same_params(tmp_path / "digests", 2)  # the gathered FSDP model is the same on both ranks
     from transformers import AutoModelForCausalLM
 
-    saved = AutoModelForCausalLM.from_pretrained(runs["fsdp"] / "checkpoint-6")
+    saved = AutoModelForCausalLM.from_pretrained(fsdp_out / "checkpoint-6")
     assert sum(p.numel() * p.element_size() for p in saved.parameters()) == whole
 
 
