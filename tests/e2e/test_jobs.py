@@ -220,3 +220,22 @@ def test_the_seeds_script_with_the_fixes_check_names_trains_on_uneven_nodes(subm
     assert job.state == "COMPLETED", job.log
     assert "Total train batch size (w. parallel, distributed & accumulation) = 12" in job.log, job.log[-3000:]
     assert "'train_loss'" in job.log or "train_loss" in job.log
+
+
+@pytest.mark.timeout(600)
+def test_sft_fsdp_on_uneven_nodes(submit_job, assets, tmp_path):
+    """FSDP through the Trainer's own arguments on 1,1,2,2: each of the 6 ranks holds about a sixth
+    of the parameters, the loss goes down, and the final checkpoint is a normal Hugging Face model."""
+    job = submit_job(UNEVEN, [*sft_args(assets, tmp_path, steps=8), "--fsdp", "--fsdp_config",
+                              '{"cpu_ram_efficient_loading": true}'])
+    assert job.state == "COMPLETED", job.log
+    metrics = job.metrics()
+    assert_layout(metrics)
+    assert metrics["sharding"] == "fsdp"
+    shares = metrics["param_bytes_per_rank"]
+    assert [share / (sum(shares) / 6) for share in shares] == pytest.approx([1] * 6, rel=0.2), shares
+    assert metrics["last_loss"] < metrics["first_loss"]
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-8")
+    assert sum(p.numel() * p.element_size() for p in saved.parameters()) == pytest.approx(sum(shares), rel=0.01)
