@@ -16,10 +16,10 @@ fp16 on GPUs), t = sequence length x micro batch tokens, L layers of hidden size
                offload only that stays on the GPU, the shards move to host memory
   other        1 GiB (CUDA context, workspaces), DDP's gradient buckets (a copy of the gradients)
                and 10% of the rest (allocator fragmentation)
-Host memory per node while loading: under DDP every rank reads the whole model (n·P·b on a node
-of n GPUs); FSDP loads once per node (local rank 0; the others start on the meta device:
-transformers' cpu_ram_efficient_loading); 4-bit loading streams checkpoint shards (5 GiB each)
-to the GPU in every rank.
+Host memory per node while loading: every rank reads the whole model (n·P·b on a node of n
+GPUs), under FSDP too (measured with transformers 5.25: its cpu_ram_efficient_loading leaves the
+other ranks reading as well, bench/bench_load_once.py); 4-bit loading streams checkpoint shards
+(5 GiB each) to the GPU in every rank.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ SHARD_BYTES = 5 * GIB  # the largest checkpoint shard a rank holds while loading
 CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.10
 _DTYPE_BYTES = {"float32": 4, None: 4, "bfloat16": 2, "float16": 2, "auto": 2}
-# cpu_ram_efficient_loading: local rank 0 reads the weights, the others receive them
-FSDP_CONFIG = '{"cpu_ram_efficient_loading": true}'
-FSDP_OFFLOAD_CONFIG = '{"cpu_ram_efficient_loading": true, "cpu_offload": true}'
+FSDP_OFFLOAD_CONFIG = '{"cpu_offload": true}'
 
 
 class FitError(ValueError):
@@ -61,7 +59,7 @@ class Strategy:
             if self.sharded:  # FSDP flattens parameters of one dtype: 4-bit packed in bf16
                 args += ["--bnb_4bit_quant_storage", "bfloat16", "--dtype", "bfloat16"]
         if self.sharded:  # FSDP2, each block its own unit (transformers' defaults)
-            args += ["--fsdp", "--fsdp_config", FSDP_OFFLOAD_CONFIG if self.offload else FSDP_CONFIG]
+            args += ["--fsdp", *(["--fsdp_config", FSDP_OFFLOAD_CONFIG] if self.offload else [])]
         return args
 
 
@@ -217,9 +215,7 @@ def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[i
     for n in gpus:
         if strategy.four_bit:
             loading = n * min(SHARD_BYTES, model.params * b)
-        elif strategy.sharded:
-            loading = model.params * b
-        else:
+        else:  # FSDP too: transformers 5 reads the whole checkpoint in every rank (bench_load_once)
             loading = n * model.params * b
         host.append((max(loading, n * shards) if strategy.offload else loading) / GIB)
     return Estimate(strategy.name, strategy.arguments(training.lora_r), weights / GIB, gradients / GIB,

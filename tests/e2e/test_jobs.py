@@ -226,8 +226,7 @@ def test_the_seeds_script_with_the_fixes_check_names_trains_on_uneven_nodes(subm
 def test_sft_fsdp_on_uneven_nodes(submit_job, assets, tmp_path):
     """FSDP through the Trainer's own arguments on 1,1,2,2: each of the 6 ranks holds about a sixth
     of the parameters, the loss goes down, and the final checkpoint is a normal Hugging Face model."""
-    job = submit_job(UNEVEN, [*sft_args(assets, tmp_path, steps=8), "--fsdp", "--fsdp_config",
-                              '{"cpu_ram_efficient_loading": true}'])
+    job = submit_job(UNEVEN, [*sft_args(assets, tmp_path, steps=8), "--fsdp"])
     assert job.state == "COMPLETED", job.log
     metrics = job.metrics()
     assert_layout(metrics)
