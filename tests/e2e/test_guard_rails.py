@@ -28,36 +28,8 @@ def test_check_accepts_layouts_that_fit(cluster):
         "--nodes", "4", "--gpus", "1,1,2,2").stdout
 
 
-def test_check_refuses_four_nodes_with_two_gpus(cluster):
-    result = check("--nodes", "4", "--gpus", "2")
-    assert result.returncode == 1
-    assert ("component 0 (4 node(s) x 2 GPU(s)): cannot run: needs 4 node(s) with >= 2 GPU(s)"
-            " in partition debug; 2 usable (node3, node4)") in result.stdout
-
-
-def test_check_refuses_missing_partition(cluster):
-    result = check("--nodes", "1", "--partition", "a100")
-    assert result.returncode == 1
-    assert "cannot run: partition 'a100' does not exist; partitions here: debug" in result.stdout
-
-
-def test_check_reports_a_drained_node(cluster):
-    slurm_helpers.drain("node2")
-    try:
-        result = check("--nodes", "4", "--gpus", "1,1,2,2")
-    finally:
-        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
-    assert result.returncode == 1
-    assert "node2 is drained (slurmgen-test)" in result.stdout
-    assert "suggestion: --nodes 3 --gpus 2,2,1 fits the usable nodes here" in result.stdout
-
-
-def test_check_bad_input_is_exit_2(cluster):
-    result = check("--nodes", "2", "--gpus", "1,2,3")
-    assert result.returncode == 2
-    assert result.stderr.startswith("slurmgen: error: --gpus '1,2,3': 3 counts given for --nodes 2")
-
-
+# Before the test that drains a node: after its resume, node2 can read "idle*" (not responding)
+# for a moment, and the layout would not be one that can run.
 def test_check_names_the_lines_of_the_seeds_script_that_would_fail_every_rank(cluster):
     """The layout can run, but seed 000's train.py (as written) fails on every rank after the
     queue wait: check says so, line by line, and exits 1; nothing is asked of sbatch."""
@@ -89,6 +61,36 @@ def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster):
                     "--fsdp", "--bnb_4bit_quant_storage", "bfloat16")
     assert fitting.returncode == 0, fitting.stdout + fitting.stderr
     assert "with FSDP + QLoRA: fits (18.4 GiB per GPU of 24)" in fitting.stdout
+
+
+def test_check_refuses_four_nodes_with_two_gpus(cluster):
+    result = check("--nodes", "4", "--gpus", "2")
+    assert result.returncode == 1
+    assert ("component 0 (4 node(s) x 2 GPU(s)): cannot run: needs 4 node(s) with >= 2 GPU(s)"
+            " in partition debug; 2 usable (node3, node4)") in result.stdout
+
+
+def test_check_refuses_missing_partition(cluster):
+    result = check("--nodes", "1", "--partition", "a100")
+    assert result.returncode == 1
+    assert "cannot run: partition 'a100' does not exist; partitions here: debug" in result.stdout
+
+
+def test_check_reports_a_drained_node(cluster):
+    slurm_helpers.drain("node2")
+    try:
+        result = check("--nodes", "4", "--gpus", "1,1,2,2")
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+    assert result.returncode == 1
+    assert "node2 is drained (slurmgen-test)" in result.stdout
+    assert "suggestion: --nodes 3 --gpus 2,2,1 fits the usable nodes here" in result.stdout
+
+
+def test_check_bad_input_is_exit_2(cluster):
+    result = check("--nodes", "2", "--gpus", "1,2,3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("slurmgen: error: --gpus '1,2,3': 3 counts given for --nodes 2")
 
 
 @pytest.mark.timeout(300)
