@@ -18,6 +18,16 @@ class Verdict:
     def text(self) -> str:
         return "\n".join(self.lines)
 
+    def add(self, lines: list[str], failure: str = "") -> None:
+        """More lines before the result line; with a failure, a check that passed fails with it
+        as its result."""
+        result = self.lines.pop() if self.lines and self.lines[-1].startswith("result:") else None
+        self.lines.extend(lines)
+        if failure and self.ok:
+            result, self.ok = f"result: {failure}", False
+        if result:
+            self.lines.append(result)
+
 
 def _describe(node: Node) -> str:
     why = f" ({node.reason})" if node.reason else ""

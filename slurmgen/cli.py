@@ -169,14 +169,8 @@ def _fit_check(spec, verdict):
         result = fit.assess_spec(spec)
     except fit.FitError as err:
         fail(str(err))
-    line = fit.verdict_line(result)
-    ending = verdict.lines.pop() if verdict.lines and verdict.lines[-1].startswith("result:") else None
-    verdict.lines.append(line)
-    if not result.chosen.fits and verdict.ok:
-        ending = "result: the layout can run, but the model does not fit it with these training arguments"
-        verdict.ok = False
-    if ending:
-        verdict.lines.append(ending)
+    verdict.add([fit.verdict_line(result)], "" if result.chosen.fits else
+                "the layout can run, but the model does not fit it with these training arguments")
     return verdict
 
 
@@ -185,15 +179,10 @@ def _read_script(script: str, verdict, cpu_only: bool):
     from slurmgen.user_script import read
 
     reading = read(script, cpu_only)
-    result = verdict.lines.pop() if verdict.lines and verdict.lines[-1].startswith("result:") else None
-    verdict.lines.append(reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
-                                          if reading.findings else f"script {script}: nothing found that would fail"))
-    verdict.lines.extend(f"  {line}" for line in reading.findings)
-    if reading.findings and verdict.ok:
-        result = "result: the layout can run, but the script would fail on every rank after the queue wait"
-        verdict.ok = False
-    if result:
-        verdict.lines.append(result)
+    head = reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
+                            if reading.findings else f"script {script}: nothing found that would fail")
+    verdict.add([head, *(f"  {line}" for line in reading.findings)], "" if not reading.findings else
+                "the layout can run, but the script would fail on every rank after the queue wait")
     return verdict
 
 

@@ -179,8 +179,7 @@ def lora_params(model: Model, training: Training) -> int:
 
 
 def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[int, ...]) -> Estimate:
-    ranks = sum(gpus)
-    b, e, t = training.weight_bytes, training.activation_bytes, training.tokens
+    ranks, b, shards = sum(gpus), training.weight_bytes, 0.0
     q = 0.516 if training.nested_quant else 0.5625
     rest = model.params - model.quantizable_params  # embeddings, head, norms: never 4-bit
     if strategy.four_bit:
@@ -203,23 +202,33 @@ def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[i
         if strategy.offload:
             weights, gradients, optimizer = 0.0, 0.0, 0.0
         weights += gathered
-    per_token_layer = 10 * model.hidden + 4 * model.intermediate
-    if training.checkpointing:
-        activations = model.layers * t * model.hidden * e + t * per_token_layer * e
-    else:
-        activations = model.layers * t * per_token_layer * e
-    activations += t * model.vocab * (e + 8)
+    activations = activation_bytes(model, training)
     subtotal = weights + gradients + optimizer + activations
     overhead = CONTEXT_BYTES + buckets + FRAGMENTATION * (subtotal + buckets)
-    host = []
-    for n in gpus:
-        if strategy.four_bit:
-            loading = n * min(SHARD_BYTES, model.params * b)
-        else:  # FSDP too: transformers 5 reads the whole checkpoint in every rank (bench_load_once)
-            loading = n * model.params * b
-        host.append((max(loading, n * shards) if strategy.offload else loading) / GIB)
+    host = [host_bytes(model, b, strategy, n, shards if strategy.offload else 0) / GIB for n in gpus]
     return Estimate(strategy.name, strategy.arguments(training.lora_r), weights / GIB, gradients / GIB,
                     optimizer / GIB, activations / GIB, overhead / GIB, (subtotal + overhead) / GIB, host)
+
+
+def activation_bytes(model: Model, training: Training) -> float:
+    """Per GPU: every layer's saved tensors (only its input with checkpointing, and one layer
+    recomputed), and the logits with their fp32 copy and gradient."""
+    e, t = training.activation_bytes, training.tokens
+    per_token_layer = (10 * model.hidden + 4 * model.intermediate) * e
+    if training.checkpointing:
+        saved = model.layers * t * model.hidden * e + t * per_token_layer
+    else:
+        saved = model.layers * t * per_token_layer
+    return saved + t * model.vocab * (e + 8)
+
+
+def host_bytes(model: Model, weight_bytes: int, strategy: Strategy, gpus: int, offloaded: float) -> float:
+    """Host memory of a node with this many GPUs while loading (and holding offloaded shards)."""
+    if strategy.four_bit:  # checkpoint shards stream to the GPU, quantized there
+        loading = gpus * min(SHARD_BYTES, model.params * weight_bytes)
+    else:  # FSDP too: transformers 5 reads the whole checkpoint in every rank (bench_load_once)
+        loading = gpus * model.params * weight_bytes
+    return max(loading, gpus * offloaded)
 
 
 def judge(est: Estimate, gpu_gib: tuple[float, ...], host_gib: Optional[tuple[float, ...]]) -> Estimate:

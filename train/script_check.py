@@ -68,10 +68,14 @@ def callee_name(call: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
-def keyword_findings(call: ast.Call, callee: str, cache: dict) -> list[tuple[int, str]]:
+def _taken(callee: str, cache: dict):
     if callee not in cache:
         cache[callee] = accepted(callee)
-    taken = cache[callee]
+    return cache[callee]
+
+
+def keyword_findings(call: ast.Call, callee: str, cache: dict) -> list[tuple[int, str]]:
+    taken = _taken(callee, cache)
     out = []
     for kw in call.keywords:
         if kw.arg is None or (taken is not None and kw.arg in taken):
@@ -79,7 +83,7 @@ def keyword_findings(call: ast.Call, callee: str, cache: dict) -> list[tuple[int
         fix = KNOWN.get((callee, kw.arg))
         if fix is None and taken is None:
             continue
-        if fix is None and callee == "SFTTrainer" and kw.arg in (cache.setdefault("SFTConfig", accepted("SFTConfig")) or ()):
+        if fix is None and callee == "SFTTrainer" and kw.arg in (_taken("SFTConfig", cache) or ()):
             fix = f"give SFTConfig({kw.arg}=...) as args= (an SFTConfig option now)"
         out.append((kw.lineno, f"{callee}({kw.arg}=...): {version_of(callee)} takes no {kw.arg}=; {fix or 'remove it'}"))
     return out
