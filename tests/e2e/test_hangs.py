@@ -75,10 +75,22 @@ def component_nodes(info: dict) -> list[str]:
     return [n for c in info["Components"] for n in hostlist.expand_hostlist(c["NodeList"])]
 
 
-def beat_of(workdir: Path, job_id: str, rank: int) -> tuple[int, str, int]:
-    """(step, host, pid) from a rank's heartbeat file."""
-    _, step, _, host, pid = (workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}").read_text().split()
-    return int(step), host, int(pid)
+def read_beat(path: Path) -> tuple[int, str, int, bool]:
+    """(step, host, pid, saving) from a rank's heartbeat file; a rank inside a checkpoint save
+    appends "save SECONDS" to its five fields."""
+    _, step, _, host, pid, *phase = path.read_text().split()
+    return int(step), host, int(pid), bool(phase)
+
+
+def beat_of(workdir: Path, job_id: str, rank: int, timeout: float = 60) -> tuple[int, str, int]:
+    """(step, host, pid) from a rank's heartbeat once it is outside a checkpoint save (a rank
+    stopped inside one has the save's allowance on top of the hang timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step, host, pid, saving = read_beat(workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}")
+        if not saving or time.monotonic() > deadline:
+            return step, host, pid
+        time.sleep(0.1)
 
 
 def reports(workdir: Path, job_id: str) -> list[str]:
@@ -267,12 +279,12 @@ def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path)
         while True:
             beats = sorted(folder.glob(".heartbeat-*/rank-3"))
             if beats:
-                _, step, _, host, pid = beats[0].read_text().split()
-                if int(step) >= 6:
+                step, host, pid, saving = read_beat(beats[0])
+                if step >= 6 and not saving:  # stopped inside a save, its allowance would outlast the timeout
                     break
             assert time.monotonic() < deadline and proc.poll() is None, "rank 3 never reached step 6"
             time.sleep(0.3)
-        os.kill(int(pid), signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         stopped_at = time.time()
         out, err = proc.communicate(timeout=900)
     finally:
