@@ -151,7 +151,8 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     if plan.spec.gpu_mem and train_arg(plan.spec.train_args, "--model_name_or_path", "--model-name-or-path"):
         verdict = _fit_check(plan.spec, verdict)
     if plan.spec.script:
-        verdict = _read_script(plan.spec.script, verdict, cpu_only=not any(n.gpus for n in cluster.nodes))
+        verdict = _read_script(plan.spec.script, verdict, cpu_only=not any(n.gpus for n in cluster.nodes),
+                               resume_auto=plan.spec.resume == "auto")
     click.echo(verdict.text(), err=err)
     if verdict.ok:
         now = datetime.now()
@@ -174,15 +175,18 @@ def _fit_check(spec, verdict):
     return verdict
 
 
-def _read_script(script: str, verdict, cpu_only: bool):
-    """The script's lines that would fail every rank after the queue wait fail the check too."""
+def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False):
+    """The script's lines that would fail every rank after the queue wait fail the check too; a
+    run that would never resume is said, and fails nothing."""
     from slurmgen.user_script import read
 
-    reading = read(script, cpu_only)
+    reading = read(script, cpu_only, resume_auto)
     head = reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
                             if reading.findings else f"script {script}: nothing found that would fail")
     verdict.add([head, *(f"  {line}" for line in reading.findings)], "" if not reading.findings else
                 "the layout can run, but the script would fail on every rank after the queue wait")
+    if reading.advice:
+        verdict.add([f"  {line}" for line in reading.advice], "")
     return verdict
 
 

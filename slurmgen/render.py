@@ -211,6 +211,9 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "threads": None if any(k == "OMP_NUM_THREADS" for k, _ in spec.env) else spec.threads_per_rank,
         # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
         "stop_wait": max(spec.grace - 10, 5),
+        # A script that does not take the stop file (no Trainer) keeps training this long after
+        # a warning, then gets SIGTERM
+        "stop_grace": min(30, max(spec.grace - 10, 5)),
         # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)
         "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
         "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),

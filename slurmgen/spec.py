@@ -219,6 +219,8 @@ class JobSpec:
     save_timeout: Optional[int] = None     # None: from the saves measured in the run (train.saves)
     max_failures: int = 2
     preflight: bool = True
+    rank_hooks: bool = True                # train/rank_hooks on the ranks' PYTHONPATH (user code only)
+    resume: str = "off"                    # "auto": a user's Trainer resumes by itself
     nccl_debug: Optional[str] = None
     nccl_socket_ifname: Optional[str] = None
     hf_home: Optional[str] = None
@@ -341,6 +343,10 @@ class JobSpec:
             raise SpecError(f"--max-parallel {self.max_parallel}: "
                             + ("must be a positive integer" if self.sweep else "only with --sweep"))
         self._validate_target()
+        if self.resume not in ("auto", "off"):
+            raise SpecError(f"--resume {self.resume!r}: choose auto or off")
+        if self.resume == "auto" and not self.rank_hooks:
+            raise SpecError("--resume auto: the rank hooks resume your Trainer; drop --no-rank-hooks")
         if self.nccl_debug is not None and self.nccl_debug.upper() not in NCCL_DEBUG_LEVELS:
             raise SpecError(f"--nccl-debug {self.nccl_debug!r}: choose one of {', '.join(NCCL_DEBUG_LEVELS)}")
         _check_word("--nccl-socket-ifname", self.nccl_socket_ifname, _IFNAME)
@@ -427,6 +433,12 @@ class JobSpec:
         if self.script is not None:
             return "script", self.script
         return "module", self.module
+
+    @property
+    def rank_hooks_on(self) -> bool:
+        """Whether the ranks load train/rank_hooks: the user's own code, unless --no-rank-hooks
+        (slurmgen's entry points beat and stop by themselves)."""
+        return self.rank_hooks and not (self.target[0] == "module" and self.module in SHIPPED_MODULES)
 
     @property
     def threads_per_rank(self) -> int:
@@ -519,6 +531,8 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = []
     if spec.target[0] == "module" and spec.module in SHIPPED_MODULES:
         pairs.append(("PYTHONSAFEPATH", "1"))
+    if spec.resume == "auto" and spec.rank_hooks_on:
+        pairs.append(("SLURMGEN_RESUME", "auto"))  # train.trainer_hooks
     if spec.save_timeout:
         pairs.append(("SLURMGEN_SAVE_TIMEOUT", str(spec.save_timeout)))
     if spec.nccl_debug:

@@ -172,7 +172,7 @@ def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
     return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
                      master_port=port, collective_timeout=spec.collective_timeout,
                      grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range),
-                     master_ip=spec.master_addr_ip)
+                     master_ip=spec.master_addr_ip, rank_hooks=spec.rank_hooks_on)
 
 
 def free_port() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import logging
 import os
 import signal
@@ -213,6 +214,21 @@ def import_entry_point(name: str):
         sys.path[:] = saved
 
 
+def install_rank_hooks(environ: MutableMapping[str, str], kind: str) -> None:
+    """What a rendered job's ranks get from train/rank_hooks on their PYTHONPATH: in this process
+    for a script or module run here, through PYTHONPATH for a program (--exec) that runs Python."""
+    from train import rank_hooks
+
+    if kind == "exec":
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in (rank_hooks.DIR, environ.get("PYTHONPATH")) if p)
+        return
+    spec = importlib.util.spec_from_file_location("slurmgen_rank_hooks",
+                                                  os.path.join(rank_hooks.DIR, "sitecustomize.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install()
+
+
 def _one_line_excepthook() -> None:
     previous = sys.excepthook  # torch may have put its own in place
 
@@ -238,6 +254,7 @@ class TrainTask:
     threads: Optional[int] = None  # OMP_NUM_THREADS unless set: the CPUs per GPU
     port_range: tuple = (20000, 29999)  # for the port derived from the job id
     master_ip: bool = False  # --master-addr-ip: MASTER_ADDR as rank 0's IPv4 address
+    rank_hooks: bool = False  # the user's own code gets train/rank_hooks (spec.rank_hooks_on)
 
     def __call__(self) -> Optional[dict]:
         environ = os.environ
@@ -259,6 +276,8 @@ class TrainTask:
         if denv.is_main:
             stop.stop_file.unlink(missing_ok=True)  # left over from the run before a requeue
         stop.install()
+        if self.rank_hooks:
+            install_rank_hooks(environ, self.target[0])
         result = self._run(stop)
         stop.finish(result)
         _release_process_group()

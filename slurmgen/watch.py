@@ -71,6 +71,20 @@ def last_progress(output_dir: Optional[Path]) -> Optional[dict]:
     return None
 
 
+def beat_progress(records: list[dict]) -> Optional[dict]:
+    """Rank 0's step from its heartbeat beside the job log: the progress of a script that writes
+    no progress.jsonl (the rank hooks beat at every optimizer step)."""
+    log = records[0].get("StdOut", "") if records else ""
+    if log in _NO_VALUE:
+        return None
+    try:
+        beat = Path(log).parent / f".heartbeat-{records[0].get('JobId', '')}" / "rank-0"
+        step = int(beat.read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return {"step": step}
+
+
 def progress_line(state: str, progress: Optional[dict], restarts: str = "0", width: int = 24) -> str:
     text = f"[{state:<10}]"
     if restarts not in ("", "0"):
@@ -136,7 +150,8 @@ def watch(job_id: str, output_dir: Optional[Path] = None, interval: float = 1.0,
             previous = None  # a live progress line is drawn again below
         state = overall_state(records)
         restarts = records[0].get("Restarts", "0") if records else "0"
-        line = progress_line(state, last_progress(output_dir), restarts)
+        progress = last_progress(output_dir) or beat_progress(records)
+        line = progress_line(state, progress, restarts)
         if line != previous:
             out.write(("\r" + line.ljust(100)) if live else line + "\n")
             out.flush()

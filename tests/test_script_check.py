@@ -21,6 +21,26 @@ def fixed_seed_source() -> str:
                         '    args=SFTConfig(dataset_text_field="text", max_length=512),\n')
 
 
+def adapted_seed_source(assets: Path, output_dir: Path, config: str = "max_steps=3") -> str:
+    """The fixed seed script with this machine's differences only: the tiny offline model and data,
+    a few steps on CPUs (use_cpu, gloo), the process group torn down at the end and the process left
+    without finalization (gloo on CPUs: a rank can abort at exit otherwise, "terminate called
+    without an active exception", seen with and without the teardown; the entry points leave the
+    same way, train.program.exit_after)."""
+    source = fixed_seed_source()
+    source = source.replace('"NousResearch/Llama-2-70b-hf"', repr(str(assets / "lm")))
+    source = source.replace('load_dataset("imdb", split="train")',
+                            f'load_dataset("json", data_files={str(assets / "data" / "text.jsonl")!r}, split="train")')
+    source = source.replace('args=SFTConfig(dataset_text_field="text", max_length=512)',
+                            'args=SFTConfig(dataset_text_field="text", max_length=512, output_dir='
+                            f'{str(output_dir)!r}, {config}, per_device_train_batch_size=2, use_cpu=True,'
+                            ' bf16=False, ddp_backend="gloo", report_to="none", gradient_checkpointing=False)')
+    source += ("\nimport os, sys\nimport torch.distributed as dist\nif dist.is_initialized():\n"
+               "    dist.destroy_process_group()\nsys.stdout.flush()\nsys.stderr.flush()\nos._exit(0)\n")
+    assert "device_map" not in source and "processing_class=tokenizer" in source and "use_cpu" in source
+    return source
+
+
 def test_the_seeds_script_is_named_line_by_line_with_fixes():
     reading = read(str(SEED))
     assert reading.note == ""
@@ -35,6 +55,11 @@ def test_the_seeds_script_is_named_line_by_line_with_fixes():
     assert lines["23"].endswith("takes no max_seq_length=; give SFTConfig(max_length=...) as args= (renamed, and"
                                 " moved to SFTConfig)")
     assert all(line.startswith(f"{SEED}:") for line in reading.findings)
+    # Not a failure, but a requeued run would start again from step 0: said once, with its fix.
+    assert reading.advice == (f"{SEED}:27: note: trainer.train() passes no resume_from_checkpoint: a requeued"
+                              " run (time limit, preemption, retry) starts again from step 0; render with"
+                              " --resume auto, or pass resume_from_checkpoint=True",)
+    assert read(str(SEED), resume_auto=True).advice == ()
 
 
 def test_the_fixed_script_passes(tmp_path):

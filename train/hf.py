@@ -139,7 +139,8 @@ class ContractCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
-            self.progress.log(state.global_step, logs["loss"])
+            extra = {"learning_rate": logs["learning_rate"]} if "learning_rate" in logs else {}
+            self.progress.log(state.global_step, logs["loss"], **extra)
 
     def on_step_end(self, args, state, control, **kwargs):
         # Every rank gets here at every optimizer step, so the all_reduce inside lines up.

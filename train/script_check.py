@@ -1,10 +1,12 @@
 """Read a user's training script without running it: the lines that would fail on every rank
 after the queue wait, each with its one-line fix.
 
-    python -m train.script_check SCRIPT [--cpu-only]
+    python -m train.script_check SCRIPT [--cpu-only] [--resume-auto]
 
 Prints one finding per line, `SCRIPT:LINE: what: fix`, and exits 0 (none), 1 (some) or 2 (the
 script cannot be read or parsed). What it looks for:
+  * (a note, `SCRIPT:LINE: note: ...`, which loses work rather than fails) `trainer.train()` without
+    resume_from_checkpoint in a script that builds a Trainer, unless the job resumes it (--resume-auto);
   * keyword arguments the installed TRL and transformers no longer take, in calls of SFTTrainer,
     SFTConfig, Trainer and TrainingArguments (checked against the installed signatures; known
     renames get their new name);
@@ -117,11 +119,28 @@ def nccl_findings(call: ast.Call) -> list[str]:
     return []
 
 
-def check(source: str, cpu_only: bool = False) -> list[tuple[int, str]]:
+NOTE = "note: "  # what does not fail, but loses work: a run that never resumes
+
+
+def resume_findings(tree: ast.AST) -> list[tuple[int, str]]:
+    """`trainer.train()` without resume_from_checkpoint, in a script that builds a Trainer: after a
+    requeue (time limit, preemption, a retry) the run would start again from step 0."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if not any(callee_name(c).endswith("Trainer") for c in calls):
+        return []
+    return [(c.lineno, f"{NOTE}{ast.unparse(c.func)}() passes no resume_from_checkpoint: a requeued run"
+                       " (time limit, preemption, retry) starts again from step 0; render with --resume auto,"
+                       " or pass resume_from_checkpoint=True")
+            for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "train" and not c.args
+            and not any(k.arg in ("resume_from_checkpoint", None) for k in c.keywords)]
+
+
+def check(source: str, cpu_only: bool = False, resume_auto: bool = False) -> list[tuple[int, str]]:
     """(line, finding) for the source, in line order."""
     cache: dict = {}
-    found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    found = [] if resume_auto else resume_findings(tree)
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         callee = callee_name(node)
@@ -136,22 +155,22 @@ def check(source: str, cpu_only: bool = False) -> list[tuple[int, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    cpu_only = "--cpu-only" in argv
-    paths = [a for a in argv if a != "--cpu-only"]
+    flags = {"--cpu-only", "--resume-auto"}
+    paths = [a for a in argv if a not in flags]
     if len(paths) != 1:
-        print("usage: python -m train.script_check SCRIPT [--cpu-only]", file=sys.stderr)
+        print("usage: python -m train.script_check SCRIPT [--cpu-only] [--resume-auto]", file=sys.stderr)
         return 2
     path = paths[0]
     try:
         with open(path, encoding="utf-8") as fh:
-            findings = check(fh.read(), cpu_only)
+            findings = check(fh.read(), "--cpu-only" in argv, "--resume-auto" in argv)
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
         print(f"{path}: cannot read it as Python{where}: {exc.msg if isinstance(exc, SyntaxError) else exc}")
         return 2
     for line, text in findings:
         print(f"{path}:{line}: {text}")
-    return 1 if findings else 0
+    return 1 if any(not text.startswith(NOTE) for _, text in findings) else 0
 
 
 if __name__ == "__main__":

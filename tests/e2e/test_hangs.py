@@ -301,3 +301,139 @@ def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path)
     assert len(re.findall(r"^submitted job \d+", out, re.M)) == 2, (out + err)[-6000:]
     assert json_load(tmp_path / "run" / "metrics.json")["global_step"] == 30
 
+
+
+# ---- A user's own script, with the rank hooks (issue 26) ----
+
+# The test's pace, in the user's own code: steps slow enough to interrupt in every run.
+SLOW_STEPS = '''
+import time
+from transformers import TrainerCallback
+
+
+class Slow(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(0.3)
+
+
+trainer.add_callback(Slow())
+trainer.train()
+'''
+
+# train.ddp_loop's loop as a user writes it: no slurmgen, no train, no heartbeat calls.
+PLAIN_LOOP = '''
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(int(os.environ.get("STEPS", "200"))):
+    x = torch.randn(8, 16)
+    loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    time.sleep(0.3)
+dist.destroy_process_group()
+'''
+
+
+def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: float = 240) -> tuple[int, str, int]:
+    """(step, host, pid) of a live rank of the job's run `restarts` (Slurm's restart count) once
+    it has trained a step since it started, outside a checkpoint save."""
+    from tests import slurm_helpers
+
+    path = workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}"
+    deadline = time.monotonic() + timeout
+    first = None  # (step, pid) of this rank's first beat seen
+    while True:
+        info = slurm_helpers.job_info(job_id)
+        assert not slurm_helpers.is_finished(info), job_log(workdir, job_id)[-6000:]
+        assert time.monotonic() < deadline, f"rank {rank} of run {restarts} never beat"
+        try:
+            step, host, pid, saving = read_beat(path)
+            os.kill(pid, 0)  # a rank of this run: the last run's are gone
+        except (OSError, ValueError):
+            time.sleep(0.3)
+            continue
+        if info.get("Restarts") == str(restarts) and not saving:
+            first = first if first is not None and first[1] == pid else (step, pid)
+            if step > first[0]:
+                return step, host, pid
+        time.sleep(0.3)
+
+
+@pytest.mark.timeout(900)
+def test_a_users_trainer_script_is_watched_retried_and_checkpointed_at_the_warning(spare_node, assets, tmp_path):
+    """Seed 000's own script, its TRL names fixed, on 1,1,2,2 with nothing of slurmgen in it, in one
+    job: a rank stopped with SIGSTOP is named with its stack and retried (a retry that needs the
+    beats, as a crash's does); the time-limit warning saves a checkpoint at the current step and the
+    requeued run resumes from it (--resume auto); every step runs and the run finishes."""
+    from tests import slurm_helpers
+    from tests.test_script_check import adapted_seed_source
+
+    wait_idle()
+    steps = 20
+    source = adapted_seed_source(assets, tmp_path / "run", f"max_steps={steps}, save_steps=5, logging_steps=1")
+    assert source.count("\ntrainer.train()") == 1
+    script = tmp_path / "train.py"
+    script.write_text(source.replace("\ntrainer.train()", SLOW_STEPS))
+    job_id = render_and_submit(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--script", str(script),
+                                          "--resume", "auto", "--hang-timeout", str(HANG_TIMEOUT),
+                                          "--collective-timeout", "900", "--env", "TRANSFORMERS_VERBOSITY=info"],
+                               wait=False)
+    try:
+        # Run 0: rank 3 (node3) stops.
+        _, host, pid = wait_beat(tmp_path, job_id, 3, restarts=0)
+        assert host == "node3"
+        os.kill(pid, signal.SIGSTOP)
+        wait_reports(tmp_path, job_id, 1, HANG_TIMEOUT + 60)
+        report = reports(tmp_path, job_id)[0]
+        assert re.search(r"rank 3 on node3 \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", report), report
+        assert re.search(r'File ".*", line \d+ in ', rank_section(report, 3)), report
+        # Run 1: the time-limit warning, by hand.
+        wait_beat(tmp_path, job_id, 0, restarts=1)
+        subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
+        job = JobRun(job_id, wait_with_nudges(job_id, timeout=600), tmp_path)
+    finally:
+        slurm_helpers.cancel(job_id)
+    log = job.log
+    assert job.state == "COMPLETED", log[-6000:]
+    assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
+    # The warning's checkpoint (the ranks stopped after the hang may have saved one too, at SIGTERM)
+    warned = log.split("slurmgen: time limit or preemption warning")[1]
+    saved = re.findall(r"stop requested, saved checkpoint at step (\d+)", warned)[0]
+    assert (tmp_path / "run" / f"checkpoint-{saved}" / "slurmgen_complete").is_file()
+    assert re.findall(r"resuming from \S+/checkpoint-(\d+)", warned) == [saved], log[-6000:]
+    assert set(range(1, steps + 1)) <= set(progress_steps(tmp_path / "run")), log[-4000:]
+    assert "Total train batch size (w. parallel, distributed & accumulation) = 12" in log
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_loop_is_named_when_one_rank_stops(spare_node, tmp_path):
+    """A DDP loop that knows nothing of slurmgen: the rank hooks beat at its optimizer steps, so a
+    stopped rank is named with its stack; with --max-failures 0 the job then fails."""
+    from tests import slurm_helpers
+
+    wait_idle()
+    script = tmp_path / "loop.py"
+    script.write_text(PLAIN_LOOP)
+    job_id = render_and_submit(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--script", str(script),
+                                          "--hang-timeout", str(HANG_TIMEOUT), "--max-failures", "0"], wait=False)
+    try:
+        _, host, pid = wait_beat(tmp_path, job_id, 2, restarts=0)
+        assert host == "node3"
+        os.kill(pid, signal.SIGSTOP)
+        info = slurm_helpers.wait_job(job_id, timeout=HANG_TIMEOUT + 120)
+    finally:
+        slurm_helpers.cancel(job_id)
+    report = reports(tmp_path, job_id)[0]
+    assert re.search(r"rank 2 on node3 \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", report), report
+    assert re.search(r'File ".*loop\.py", line \d+ in <module>', rank_section(report, 2)), report
+    assert info["State"] == "FAILED", job_log(tmp_path, job_id)[-4000:]

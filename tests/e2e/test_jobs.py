@@ -198,35 +198,6 @@ def test_options_of_real_training_scripts(submit_job, tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_the_seeds_script_with_the_fixes_check_names_trains_on_uneven_nodes(submit_job, assets, tmp_path):
-    """Seed 000's own train.py, with the four fixes `slurmgen check` names (tests/test_script_check.py)
-    and this cluster's differences only: local model and data, a few steps on CPUs (use_cpu, gloo,
-    the process group torn down at the end).
-    It imports neither slurmgen nor train; the Trainer's own log says it trained with six ranks."""
-    from tests.test_script_check import fixed_seed_source
-
-    source = fixed_seed_source()
-    source = source.replace('"NousResearch/Llama-2-70b-hf"', repr(str(assets / "lm")))
-    source = source.replace('load_dataset("imdb", split="train")',
-                            f'load_dataset("json", data_files={str(assets / "data" / "text.jsonl")!r}, split="train")')
-    source = source.replace('args=SFTConfig(dataset_text_field="text", max_length=512)',
-                            'args=SFTConfig(dataset_text_field="text", max_length=512, output_dir=' +
-                            repr(str(tmp_path / "run")) + ', max_steps=3, per_device_train_batch_size=2,'
-                            ' use_cpu=True, bf16=False, ddp_backend="gloo", report_to="none",'
-                            ' gradient_checkpointing=False)')
-    # gloo on CPUs: without an orderly teardown a rank can abort at exit ("terminate called
-    # without an active exception", seen in CI) after training has finished
-    source += "\nimport torch.distributed as dist\nif dist.is_initialized():\n    dist.destroy_process_group()\n"
-    assert "device_map" not in source and "processing_class=tokenizer" in source
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    job = submit_job([*UNEVEN, "--script", str(script), "--env", "TRANSFORMERS_VERBOSITY=info"])
-    assert job.state == "COMPLETED", job.log
-    assert "Total train batch size (w. parallel, distributed & accumulation) = 12" in job.log, job.log[-3000:]
-    assert "'train_loss'" in job.log or "train_loss" in job.log
-
-
-@pytest.mark.timeout(600)
 def test_sft_fsdp_on_uneven_nodes(submit_job, assets, tmp_path):
     """FSDP through the Trainer's own arguments on 1,1,2,2: each of the 6 ranks holds about a sixth
     of the parameters, the loss goes down, and the final checkpoint is a normal Hugging Face model."""

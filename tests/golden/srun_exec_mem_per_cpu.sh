@@ -21,6 +21,14 @@ set -uo pipefail
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM
 
+# Rank hooks (--no-rank-hooks: off): your code beats at each optimizer step for the hang watch,
+# dumps its stacks when asked, and a Trainer checkpoints at a warning (train/rank_hooks).
+if RANK_HOOKS=$(PYTHONSAFEPATH=1 python3 -c 'import train.rank_hooks as h; print(h.DIR)'); then
+    export PYTHONPATH="$RANK_HOOKS${PYTHONPATH:+:$PYTHONPATH}"
+else
+    echo "slurmgen: cannot import train.rank_hooks here: your code runs without the rank hooks" >&2
+fi
+
 # Rank 0's node (the first of component 0) hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not in a Slurm job}" | head -n 1)
 # --master-addr-ip: ranks are given an IPv4 address; names may not resolve on the fast network.
@@ -84,7 +92,7 @@ rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
 COMPONENT_PIDS=() COMPONENT_NAMES=() COMPONENT_NODES=()
-STOP_REQUESTED=0 STOP_DEADLINE=0
+STOP_REQUESTED=0 STOP_DEADLINE=0 STOP_GRACE_END=0
 MAX_RESTARTS=3
 POLL_SECONDS=${SLURMGEN_POLL_SECONDS:-1}
 SETTLE_SECONDS=${SLURMGEN_SETTLE_SECONDS:-10}
@@ -101,7 +109,7 @@ on_time_warning() {  # USR2 (--signal), or TERM where a site preempts without it
     (( STOP_REQUESTED )) && return
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null  # no beats while ranks checkpoint
     echo "slurmgen: time limit or preemption warning: asking every rank to checkpoint"
-    STOP_REQUESTED=1 STOP_DEADLINE=$(( SECONDS + 170 ))
+    STOP_REQUESTED=1 STOP_DEADLINE=$(( SECONDS + 170 )) STOP_GRACE_END=$(( SECONDS + 30 ))
     : > "$SLURMGEN_STOP_FILE"
 }
 trap on_time_warning USR2 TERM
@@ -178,6 +186,12 @@ watch_components() {
         fi
         if (( RUNNING == 0 )); then
             echo "slurmgen: all components finished"
+            requeue_or_finish 0
+        fi
+        if (( STOP_REQUESTED && SECONDS > STOP_GRACE_END )) && [[ ! -e $SLURMGEN_HEARTBEAT_DIR/stoppable ]]; then
+            echo "slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it;" \
+                "the steps since its own last checkpoint are lost" >&2
+            stop_components
             requeue_or_finish 0
         fi
         if (( STOP_REQUESTED && SECONDS > STOP_DEADLINE )); then

@@ -1,0 +1,110 @@
+"""The rank hooks (train/rank_hooks, issue 26) in plain scripts that import neither slurmgen nor
+train, started the way a job starts its ranks: train/rank_hooks first on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
+from train import rank_hooks  # noqa: E402
+from train_fixtures import free_port, hf_cache, subprocess_env, tiny  # noqa: E402,F401
+
+LOOP = '''
+import sys
+print("torch imported before the script:", "torch" in sys.modules, flush=True)
+import torch
+
+model = torch.nn.Linear(4, 1)
+first, second = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.AdamW(model.parameters())
+for step in range(7):
+    for opt in (first, second) if step < 2 else (first,):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+import train  # the user's own train.py, beside this script
+print("train is", train.__file__, train.WHOSE, flush=True)
+'''
+
+
+def hooked_env(hf_cache, tmp_path, *more_paths, **extra):
+    path = [rank_hooks.DIR, *map(str, more_paths)]
+    env = subprocess_env(hf_cache, **extra)
+    env["PYTHONPATH"] = ":".join([*path, env["PYTHONPATH"]])
+    env["SLURMGEN_HEARTBEAT_DIR"] = str(tmp_path / "beats")
+    return env
+
+
+def beat(tmp_path: Path, rank: int = 0) -> list[str]:
+    return (tmp_path / "beats" / f"rank-{rank}").read_text().split()
+
+
+def test_a_plain_loop_beats_at_every_optimizer_step(hf_cache, tmp_path):
+    """Every step of every optimizer beats; torch is not imported before the script; a user's own
+    `train` module stays theirs; a sitecustomize the user already had still runs."""
+    work, theirs = tmp_path / "work", tmp_path / "site"
+    work.mkdir()
+    theirs.mkdir()
+    (work / "loop.py").write_text(LOOP)
+    (work / "train.py").write_text("WHOSE = 'the user'\n")
+    (theirs / "sitecustomize.py").write_text("import sys\nprint('their sitecustomize ran', file=sys.stderr)\n")
+    run = subprocess.run([sys.executable, "loop.py"], cwd=work, capture_output=True, text=True, timeout=120,
+                         env=hooked_env(hf_cache, tmp_path, theirs, RANK="0"))
+    assert run.returncode == 0, run.stderr
+    assert "torch imported before the script: False" in run.stdout
+    assert f"train is {work / 'train.py'} the user" in run.stdout, run.stdout
+    assert "their sitecustomize ran" in run.stderr
+    rank, step, _, host, pid = beat(tmp_path)
+    assert (rank, step) == ("0", "9")  # 2 x 2 steps of two optimizers, then 5 of one
+    assert (tmp_path / "beats" / "stack-0").exists()  # the hang watch's stack dump is registered
+
+
+def test_not_a_rank_and_hooks_off_write_nothing(hf_cache, tmp_path):
+    """torchrun's agent (no RANK) gets no stack file; without the heartbeat folder nothing is written."""
+    (tmp_path / "train.py").write_text("WHOSE = 'the user'\n")
+    (tmp_path / "loop.py").write_text(LOOP)
+    run = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=hooked_env(hf_cache, tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert not (tmp_path / "beats").exists()
+    env = hooked_env(hf_cache, tmp_path, RANK="0")
+    del env["SLURMGEN_HEARTBEAT_DIR"]
+    run = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_trainer_script_checkpoints_at_the_stop_file_and_resumes(tiny, hf_cache, tmp_path):
+    """Seed 000's script (its TRL names fixed): at the stop file it saves a complete checkpoint at the
+    current step and says "stopped"; run again with SLURMGEN_RESUME=auto it resumes from there and
+    finishes; progress.jsonl has the loss and the learning rate."""
+    from tests.test_script_check import adapted_seed_source
+
+    out = tmp_path / "run"
+    script = tmp_path / "train.py"
+    script.write_text(adapted_seed_source(tiny, out, "max_steps=5, save_steps=100, logging_steps=1"))
+    stop_file, outcome = tmp_path / "stop", tmp_path / "outcome"
+    stop_file.touch()
+    env = hooked_env(hf_cache, tmp_path, SLURMGEN_STOP_FILE=str(stop_file), SLURMGEN_OUTCOME_FILE=str(outcome),
+                     RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=str(free_port()))  # one rank as torchrun starts it
+    first = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert outcome.read_text() == "stopped 1\n"
+    assert (out / "checkpoint-1" / "slurmgen_complete").is_file()
+    assert (tmp_path / "beats" / "stoppable").exists()
+    stop_file.unlink()
+    second = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=240, env={**env, "SLURMGEN_RESUME": "auto"})
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming from {out / 'checkpoint-1'}" in second.stdout, second.stdout[-3000:]
+    assert outcome.read_text() == "finished 5\n"
+    lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
+    assert all(line["loss"] > 0 and line["learning_rate"] > 0 for line in lines[:-1]), lines
+    assert beat(tmp_path)[1] == "5"

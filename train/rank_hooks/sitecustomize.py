@@ -1,0 +1,122 @@
+"""slurmgen's rank hooks, run by Python at start-up in every process of a job whose ranks run the
+user's own code (this folder is first on their PYTHONPATH; `--no-rank-hooks` leaves it off).
+
+It imports neither torch nor anything of the user's: it waits until the script imports torch's
+optimizers or transformers' Trainer and hooks them then (train.script_hooks says what they do).
+slurmgen's `train` package is imported under its own name only while a hook runs and is taken out
+of sys.modules again, so a user's own `train` module stays theirs. A sitecustomize the site or the
+user already had runs after this one, as if this one were not there.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(HERE))  # holds slurmgen's train package
+_ours = {}  # slurmgen's train.* modules, between hooks
+
+
+def _is_train(name):
+    return name == "train" or name.startswith("train.")
+
+
+def ours(name):
+    """slurmgen's train.NAME, whatever `train` means to the user's code."""
+    theirs = {k: sys.modules.pop(k) for k in list(sys.modules) if _is_train(k)}
+    sys.modules.update(_ours)
+    saved = list(sys.path)
+    sys.path.insert(0, PACKAGE_ROOT)
+    try:
+        return importlib.import_module(f"train.{name}")
+    finally:
+        sys.path[:] = saved
+        _ours.update({k: sys.modules.pop(k) for k in list(sys.modules) if _is_train(k)})
+        sys.modules.update(theirs)
+
+
+def _warn(what, exc):
+    print(f"slurmgen rank hooks: {what} failed ({type(exc).__name__}: {exc}); the script runs without it",
+          file=sys.stderr, flush=True)
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A module's own loader, then a hook on the module it made."""
+
+    def __init__(self, loader, hook):
+        self.loader, self.hook = loader, hook
+
+    def __getattr__(self, name):  # get_source, is_package, ...: the real loader's
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        try:
+            self.hook(module)
+        except Exception as exc:  # a hook must never break the user's import
+            _warn(f"hooking {module.__name__}", exc)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls hooks[NAME](module) once the module NAME has been imported by someone."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.hooks:
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self or not hasattr(finder, "find_spec") else finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _ThenCall(spec.loader, self.hooks.pop(name))
+        return spec
+
+
+def _call(module_name, function):
+    return lambda module: getattr(ours(module_name), function)(module)
+
+
+def install():
+    """The hooks for this process: the ones whose module is already imported at once, the
+    others when it is."""
+    hooks = {"torch.optim.optimizer": _call("script_hooks", "after_optimizer_import"),
+             "transformers.trainer": _call("trainer_hooks", "after_trainer_import")}
+    try:
+        ours("script_hooks").start()
+    except Exception as exc:
+        _warn("the stack dump", exc)
+    for name in [n for n in hooks if n in sys.modules]:
+        hooks.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport(hooks))
+
+
+def _chain():
+    """The sitecustomize this one hides, if any: the next one on sys.path."""
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except Exception as exc:  # what Python itself does with a failing sitecustomize
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
+              file=sys.stderr)
+
+
+if __name__ == "sitecustomize":
+    install()
+    _chain()

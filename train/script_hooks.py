@@ -1,0 +1,55 @@
+"""What a user's own training script gets in a slurmgen job, without changing a line.
+
+train/rank_hooks/sitecustomize.py (first on the ranks' PYTHONPATH) calls these when the script
+first imports the piece they hook; slurmgen's own entry points do all of it themselves and run
+without them.
+
+  * start: the stack dump on the hang watch's signal (train.heartbeat.install);
+  * after torch.optim.optimizer is imported: a beat at every optimizer step of any optimizer (torch's
+    global post-step hook), so the hang watch, the retries' "training had begun" rule and
+    `slurmgen watch` see any PyTorch loop advance (the step in the beat counts optimizer steps
+    since the process started);
+  * after transformers.trainer is imported: train.trainer_hooks.
+
+Only the standard library and train.heartbeat here: this is imported before the script runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from train import heartbeat
+
+_steps = 0
+# Set by train.trainer_hooks: a Trainer's callback beats with its global step instead.
+trainer_beats = False
+_failed = False  # a beat that cannot be written is said once; training goes on
+
+
+def is_rank() -> bool:
+    """A rank, not torchrun's agent nor a tool the script runs (they have no RANK)."""
+    return "RANK" in os.environ
+
+
+def start() -> None:
+    if is_rank():
+        heartbeat.install()
+
+
+def after_optimizer_import(module) -> None:
+    if is_rank():
+        module.register_optimizer_step_post_hook(_after_step)
+
+
+def _after_step(optimizer, args, kwargs) -> None:
+    global _steps, _failed
+    _steps += 1
+    if trainer_beats or _failed:
+        return
+    try:
+        heartbeat.beat(_steps)
+    except OSError as exc:
+        _failed = True
+        print(f"slurmgen rank hooks: cannot write the heartbeat ({exc}); the hang watch will not see this rank",
+              file=sys.stderr, flush=True)
