@@ -53,7 +53,7 @@ def test_a_plain_loop_beats_at_every_optimizer_step(hf_cache, tmp_path):
     (work / "train.py").write_text("WHOSE = 'the user'\n")
     (theirs / "sitecustomize.py").write_text("import sys\nprint('their sitecustomize ran', file=sys.stderr)\n")
     run = subprocess.run([sys.executable, "loop.py"], cwd=work, capture_output=True, text=True, timeout=120,
-                         env=hooked_env(hf_cache, tmp_path, theirs, RANK="0"))
+                         env=hooked_env(hf_cache, tmp_path, theirs, RANK="0", SLURMGEN_BEAT_SECONDS="0"))
     assert run.returncode == 0, run.stderr
     assert "torch imported before the script: False" in run.stdout
     assert f"train is {work / 'train.py'} the user" in run.stdout, run.stdout

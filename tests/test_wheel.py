@@ -20,6 +20,8 @@ def test_wheel_installs_and_finds_templates(tmp_path):
     # Python 3.9/3.10 (python_requires >= 3.9) read profiles with tomli, not tomllib.
     with zipfile.ZipFile(wheel) as whl:
         metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        # the ranks of a user's own script load it (--rank-hooks)
+        assert "train/rank_hooks/sitecustomize.py" in whl.namelist()
     assert 'Requires-Dist: tomli>=1.1; python_version < "3.11"' in metadata.splitlines(), metadata
     assert "Requires-Python: >=3.9" in metadata
     fresh = tmp_path / "fresh"

@@ -8,7 +8,7 @@ without them.
   * after torch.optim.optimizer is imported: a beat at every optimizer step of any optimizer (torch's
     global post-step hook), so the hang watch, the retries' "training had begun" rule and
     `slurmgen watch` see any PyTorch loop advance (the step in the beat counts optimizer steps
-    since the process started);
+    since the process started; at most one beat per BEAT_SECONDS);
   * after transformers.trainer is imported: train.trainer_hooks.
 
 Only the standard library and train.heartbeat here: this is imported before the script runs.
@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from train import heartbeat
 
+# A beat is a file write: at most one per this many seconds (the hang watch counts tens of seconds),
+# so a loop of millisecond steps does not pay for one per step; the step in the file may lag by
+# as much. SLURMGEN_BEAT_SECONDS=0: every step.
+BEAT_SECONDS = float(os.environ.get("SLURMGEN_BEAT_SECONDS") or 0.5)
 _steps = 0
+_last_beat = float("-inf")
 # Set by train.trainer_hooks: a Trainer's callback beats with its global step instead.
 trainer_beats = False
 _failed = False  # a beat that cannot be written is said once; training goes on
@@ -43,10 +49,12 @@ def after_optimizer_import(module) -> None:
 
 
 def _after_step(optimizer, args, kwargs) -> None:
-    global _steps, _failed
+    global _steps, _failed, _last_beat
     _steps += 1
-    if trainer_beats or _failed:
+    now = time.monotonic()
+    if trainer_beats or _failed or now - _last_beat < BEAT_SECONDS:
         return
+    _last_beat = now
     try:
         heartbeat.beat(_steps)
     except OSError as exc:
