@@ -378,18 +378,13 @@ class Counted:
 def count(spec) -> Counted:
     """Run train.sizing with the job's training arguments (the model built on the meta device,
     in a Python that has torch: slurmgen itself never imports it)."""
-    import subprocess
-    import sys
+    from slurmgen.train_tools import run_tool
 
-    run = subprocess.run([sys.executable, "-m", "train.sizing", "--", *spec.train_args],
-                         capture_output=True, text=True)
+    run = run_tool("train.sizing", ["--", *spec.train_args])
+    if run.missing:
+        raise FitError(f"slurmgen fit counts the model's parameters with torch and transformers: {run.why}")
     if run.returncode != 0:
-        lines = [l for l in run.stderr.splitlines() if l.strip()]
-        last = lines[-1] if lines else f"exit status {run.returncode}"
-        if "No module named" in last:
-            raise FitError(f"slurmgen fit counts the model's parameters with torch and transformers,"
-                           f" which this Python lacks ({last.split(': ', 1)[-1]}): pip install 'slurmgen[train]'")
-        raise FitError(last.removeprefix("error: "))
+        raise FitError(run.why.removeprefix("error: "))
     data = json.loads(run.stdout)
     return Counted(data["settings"]["model_name_or_path"], Model.from_json(data["model"]), data["settings"])
 

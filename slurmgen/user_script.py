@@ -7,9 +7,9 @@ parsed, never imported or run.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
+
+from slurmgen.train_tools import run_tool
 
 
 @dataclass(frozen=True)
@@ -21,14 +21,11 @@ class Reading:
 
 def read(script: str, cpu_only: bool = False, resume_auto: bool = False) -> Reading:
     flags = [*(["--cpu-only"] if cpu_only else []), *(["--resume-auto"] if resume_auto else [])]
-    run = subprocess.run([sys.executable, "-m", "train.script_check", script, *flags],
-                         capture_output=True, text=True)
+    run = run_tool("train.script_check", [script, *flags])
     lines = tuple(line for line in run.stdout.splitlines() if line.strip())
+    if run.missing:  # an ImportError's traceback exits 1 too
+        return Reading(note=f"{script} not read: reading it needs slurmgen's [train] extra: {run.why}")
     if run.returncode in (0, 1):
         advice = tuple(line for line in lines if line.split(": ", 1)[-1].startswith("note: "))
         return Reading(findings=tuple(line for line in lines if line not in advice), advice=advice)
-    errors = [line for line in run.stderr.splitlines() if line.strip()]
-    why = lines[0] if lines else errors[-1] if errors else f"exit status {run.returncode}"
-    if "No module named" in why:
-        why = f"reading it needs slurmgen's [train] extra ({why.split(': ', 1)[-1]})"
-    return Reading(note=f"{script} not read: {why}")
+    return Reading(note=f"{script} not read: {lines[0] if lines else run.why}")

@@ -102,3 +102,12 @@ def test_an_unparsable_script_is_a_note_not_a_finding(tmp_path):
     assert reading.note.startswith(f"{script} not read: {script}: cannot read it as Python (line 1)")
     run = subprocess.run([sys.executable, "-m", "train.script_check", str(script)], capture_output=True, text=True)
     assert run.returncode == 2
+
+
+def test_a_tool_this_python_cannot_run_names_the_train_extra():
+    """A train/ tool that fails for a missing module is said as the [train] extra it needs."""
+    from slurmgen.train_tools import run_tool
+
+    run = run_tool("train.no_such_tool", [])
+    assert run.missing and run.returncode == 1
+    assert run.why == "No module named train.no_such_tool: pip install 'slurmgen[train]'"
