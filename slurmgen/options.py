@@ -18,6 +18,8 @@ JOB_OPTIONS = [
     (("--nodes", "-N"), dict(type=int, default=None, help="Number of nodes  [default: 1; with --gpus auto: as few as fit].")),
     (("--gpus", "-G"), dict(default="1", show_default=True, metavar="G[,G...]|auto",
                             help="GPUs per node: one count for all nodes, or one per node (1,1,2,2); auto: from the GPUs free now (with --world-size or --max-gpus).")),
+    (("--gpu-type",), dict(default=None, metavar="T[,T...]",
+                           help="Typed GRES, --gres=gpu:T:N: one GPU type for all nodes, or one per node like --gpus (a100,a100,h100,h100); nodes of one count and type make one component.")),
     (("--world-size",), dict(type=int, default=None, help="With --gpus auto: use exactly this many GPUs.")),
     (("--max-gpus",), dict(type=int, default=None, help="With --gpus auto: as many GPUs as are free now, up to this.")),
     (("--min-gpus",), dict(type=int, default=None, help="With --gpus auto and --max-gpus: at least this many, or refuse.")),
@@ -194,6 +196,9 @@ def _auto_request(params: dict):
     from slurmgen import auto_layout
 
     world, most, least = params.get("world_size"), params.get("max_gpus"), params.get("min_gpus")
+    if params.get("gpu_type") is not None:
+        raise SpecError(f"--gpu-type {params['gpu_type']!r} with --gpus auto: auto picks among every GPU of the"
+                        " partition; give the layout (--gpus 1,1,2,2), or narrow the nodes with --constraint")
     if (world is None) == (most is None):
         raise SpecError("--gpus auto: give --world-size W (exactly W GPUs) or --max-gpus M"
                         " (as many as are free, up to M), not both")
@@ -307,6 +312,7 @@ def spec_from_options(params: dict) -> JobSpec:
         mem=params["mem"],
         constraint=params["constraint"],
         gpu_mem=params["gpu_mem"],
+        gpu_type=tuple(params["gpu_type"].split(",")) if params["gpu_type"] is not None else (),
         nodelist=nodelist,
         exclude=params["exclude"],
         exclusive=params["exclusive"],

@@ -25,6 +25,7 @@ class Component:
     cpus_per_task: int
     nodelist: str = ""      # compressed host list when the user pinned nodes
     mem: str = ""           # memory per node: --mem, or --mem-per-gpu times the GPUs of a node
+    gpu_type: str = ""      # typed GRES (--gpu-type), "" for any GPU
 
     @property
     def ranks(self) -> int:
@@ -80,11 +81,12 @@ def model_path(spec: JobSpec) -> str:
     return ""
 
 
-def group_nodes(gpus: tuple[int, ...]) -> list[tuple[int, list[int]]]:
-    """GPU count -> node positions having it, in order of first appearance."""
-    groups: dict[int, list[int]] = {}
+def group_nodes(gpus: tuple[int, ...], types: tuple[str, ...] = ()) -> list[tuple[tuple[int, str], list[int]]]:
+    """(GPU count, GPU type) -> node positions having them, in order of first appearance: one
+    het component each."""
+    groups: dict[tuple[int, str], list[int]] = {}
     for position, count in enumerate(gpus):
-        groups.setdefault(count, []).append(position)
+        groups.setdefault((count, types[position] if types else ""), []).append(position)
     return list(groups.items())
 
 
@@ -96,7 +98,7 @@ def materialize(spec: JobSpec) -> Plan:
     per_gpu_tasks = spec.launcher == "srun"
     components = []
     node_offset = rank_offset = 0
-    for index, (count, positions) in enumerate(group_nodes(spec.gpus)):
+    for index, ((count, gpu_type), positions) in enumerate(group_nodes(spec.gpus, spec.gpu_types)):
         hosts = [spec.nodelist[p] for p in positions] if spec.nodelist else []
         tasks = count if per_gpu_tasks else 1
         cpus = spec.cpus_per_gpu if per_gpu_tasks else spec.cpus_per_node or spec.cpus_per_gpu * count
@@ -105,7 +107,7 @@ def materialize(spec: JobSpec) -> Plan:
             index=index, nodes=len(positions), gpus_per_node=count,
             node_offset=node_offset, rank_offset=rank_offset,
             tasks_per_node=tasks, cpus_per_task=cpus,
-            nodelist=hostlist.collect_hostlist(hosts) if hosts else "", mem=mem,
+            nodelist=hostlist.collect_hostlist(hosts) if hosts else "", mem=mem, gpu_type=gpu_type,
         ))
         node_offset += len(positions)
         rank_offset += len(positions) * count
@@ -125,7 +127,8 @@ def summary(plan: Plan) -> str:
     for comp in plan.components:
         first, last = comp.rank_offset, comp.rank_offset + comp.ranks - 1
         where = f" on {comp.nodelist}" if comp.nodelist else ""
-        lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node} GPU(s){where},"
+        typed = f" {comp.gpu_type}" if comp.gpu_type else ""
+        lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node}{typed} GPU(s){where},"
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")
     lines.append(f"  ranks per node: {ranks_per_node(plan)}")

@@ -28,6 +28,30 @@ def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]
 
 
 REQUEUED = 3  # exit status: the job was requeued without the node that differs
+BF16_CAPABILITY = 8.0  # Ampere and newer compute bf16 in hardware
+
+
+def precision(reports: list[dict]) -> tuple[str, str]:
+    """(bf16 or fp16, a log line when the nodes' GPUs differ in bf16): the one dtype every GPU of
+    the job computes in, so ranks never all-reduce bf16 gradients with loss-scaled fp16 ones.
+    ("", "") when no node reported a GPU model (no nvidia-smi: each rank decides, as before)."""
+    models = {}  # node -> (name, bf16)
+    for r in reports:
+        for name, _mib, capability in r.get("gpu_models", []):
+            try:
+                bf16 = float(capability) >= BF16_CAPABILITY
+            except ValueError:
+                continue
+            models.setdefault(r["host"], (name, bf16))
+            if not bf16:
+                models[r["host"]] = (name, bf16)
+    if not models:
+        return "", ""
+    choice = "bf16" if all(bf16 for _, bf16 in models.values()) else "fp16"
+    if len({bf16 for _, bf16 in models.values()}) == 1:
+        return choice, ""
+    nodes = "; ".join(f"{host}: {name} ({'bf16' if bf16 else 'no bf16'})" for host, (name, bf16) in sorted(models.items()))
+    return choice, f"slurmgen: the job's GPUs differ in bf16 support ({nodes}): every rank trains in fp16"
 
 
 def main(argv: list[str]) -> int:
@@ -54,6 +78,12 @@ def main(argv: list[str]) -> int:
         return 1
     print("slurmgen: preflight passed on %d node(s): " % len(reports)
           + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
+    choice, line = precision(reports)
+    if line:
+        print(line)
+    if choice:
+        with open(log, "a") as fh:
+            fh.write(f"SLURMGEN_PRECISION={choice}\n")
     shared = sorted(h for h, n in collections.Counter(r["host"] for r in reports).items() if n > 1)
     if shared:
         print(f"slurmgen: {', '.join(shared)} {'holds' if len(shared) == 1 else 'hold'} more than one component"

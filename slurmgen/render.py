@@ -165,7 +165,8 @@ def _container_flags(spec) -> str:
 
 def _component_name(comp) -> str:
     gpus = "GPU" if comp.gpus_per_node == 1 else "GPUs"
-    return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} {gpus})"
+    typed = f" {comp.gpu_type}" if comp.gpu_type else ""
+    return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node}{typed} {gpus})"
 
 
 def run_length(counts) -> str:

@@ -28,6 +28,7 @@ DEFAULT_PORT_RANGE = (20000, 29999)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 _MEM = re.compile(r"[0-9]+[KMGT]?\Z")
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
@@ -190,6 +191,7 @@ class JobSpec:
     """What the user asked for. Construct through `JobSpec.create` (validates) or directly in tests."""
 
     gpus: tuple[int, ...]
+    gpu_type: tuple[str, ...] = ()         # --gpu-type: one for all nodes, or one per node
     job_name: str = "slurmgen"
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -293,6 +295,10 @@ class JobSpec:
                 parse_sizes("--gpu-mem", self.gpu_mem, len(self.gpus))
             except FitError as err:
                 raise SpecError(str(err)) from None
+        if self.gpu_type and (len(self.gpu_type) not in (1, self.nodes)
+                              or not all(_GRES_TYPE.match(t) for t in self.gpu_type)):
+            raise SpecError(f"--gpu-type {','.join(self.gpu_type)!r}: give one GPU type (letters, digits, _ . -)"
+                            f" for all nodes, or one per node ({self.nodes})")
         for host in self.nodelist:
             _check_word("--nodelist", host)
         if self.nodelist and len(self.nodelist) != self.nodes:
@@ -433,6 +439,11 @@ class JobSpec:
         if self.script is not None:
             return "script", self.script
         return "module", self.module
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU type of each node ("" untyped)."""
+        return self.gpu_type * self.nodes if len(self.gpu_type) == 1 else self.gpu_type or ("",) * self.nodes
 
     @property
     def rank_hooks_on(self) -> bool:

@@ -83,6 +83,9 @@ class Status(NamedTuple):
 # ---------------------------------------------------------------------------- pure parts
 def check_submittable(spec: JobSpec) -> None:
     """What `render` accepts but submit cannot do. Raises SpecError (one line)."""
+    if len(set(spec.gpu_types)) > 1:
+        raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: python -m slurmgen.submit asks for one kind of"
+                        " GPU (one job, one task per GPU); give one type, or use slurmgen render (a het job)")
     if spec.launcher == "accelerate":
         raise SpecError("--launcher accelerate: python -m slurmgen.submit starts one task per GPU"
                         " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
@@ -114,7 +117,8 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None, dependency: s
     where the stop file is) is mounted into a container, with the working directory;
     ``dependency`` is sbatch's, with --after's conditions added."""
     minutes = time_minutes(spec)
-    extra = {"ntasks": world_size(spec), "gpus_per_task": 1}
+    types = sorted(set(spec.gpu_types) - {""})
+    extra = {"ntasks": world_size(spec), "gpus_per_task": f"{types[0]}:1" if types else 1}
     dependency = sweep.dependency(spec.after, dependency)
     if dependency:
         extra["dependency"] = dependency

@@ -6,7 +6,7 @@
 #                            # version, also builds that Slurm from ../shared/slurm (cached)
 #   tests/localcluster.sh up [--slurm system|24.11|25.11] [--profile auto|production|plain]
 #                            [--gpus 1,1,2,2] [--nodes N] [--cpus 16] [--mem 32000] [--cred-expire 120]
-#                            [--host-names same|other]
+#                            [--host-names same|other] [--gpu-types T,T,...]
 #   tests/localcluster.sh bin --slurm VERSION    # prints the PATH entries of that Slurm's commands
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
 #   tests/localcluster.sh node-restart nodeN      # start nodeN's slurmd again (after a test killed it)
@@ -36,6 +36,8 @@
 # --host-names other: node N's host name (what `hostname` prints in a job, and torchrun reports)
 # is hostN.cluster.test, Slurm's NodeHostname, while Slurm still calls it nodeN, as on sites whose
 # host names are not their node names; "same" (the default) names the host nodeN.
+# --gpu-types volta,volta,ampere,ampere: typed GRES, one type per node (gpu:volta:1), so that
+# --gpu-type requests (--gres=gpu:T:N) are placed by type; untyped requests take any.
 #
 # Environment:
 #   SLURMGEN_CLUSTER_DIR      state dir: config, logs, pids, spool, fake devices [/tmp/slurmgen-cluster]
@@ -395,6 +397,7 @@ load_layout() {
             SLURM) SLURM=$v ;;
             SLURM_PREFIX) SLURM_PREFIX=$v ;;
             HOST_NAMES) HOST_NAMES=$v ;;
+            GPU_TYPES) GPU_TYPES=$v ;;
         esac
     done <"$LAYOUT"
     use_slurm_prefix
@@ -568,7 +571,7 @@ EOF
             [[ $MODE == loopback ]] && port=" Port=$((CTLD_PORT + i))"
             printf 'NodeName=node%d%s NodeAddr=%s%s CPUs=%d RealMemory=%d%s State=UNKNOWN\n' \
                 "$i" "$(other_host_name "$i" " NodeHostname=")" "$addr" "$port" "$CPUS" "$MEM" \
-                "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%d' "$g")"
+                "$([[ $g -gt 0 ]] && printf ' Gres=gpu:%s%d' "$(gpu_type_of "$i" :)" "$g")"
         done
         if [[ $PROFILE == production ]]; then
             printf 'PartitionName=debug Nodes=node[1-%d] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=%d\n' "$NODES" "$GRACE_TIME"
@@ -608,12 +611,20 @@ EOF
             g=${GPU_LIST[i - 1]}
             [[ $g -gt 0 ]] || continue
             if [[ $g -eq 1 ]]; then
-                printf 'NodeName=node%d Name=gpu File=%s/dev/nvidia0\n' "$i" "$STATE"
+                printf 'NodeName=node%d Name=gpu%s File=%s/dev/nvidia0\n' "$i" "$(gpu_type_of "$i" "" " Type=")" "$STATE"
             else
-                printf 'NodeName=node%d Name=gpu File=%s/dev/nvidia[0-%d]\n' "$i" "$STATE" "$((g - 1))"
+                printf 'NodeName=node%d Name=gpu%s File=%s/dev/nvidia[0-%d]\n' "$i" "$(gpu_type_of "$i" "" " Type=")" "$STATE" "$((g - 1))"
             fi
         done
     } >"$STATE/etc/gres.conf"
+}
+
+# gpu_type_of I SUFFIX [PREFIX]: node I's --gpu-types type between PREFIX and SUFFIX, else nothing
+gpu_type_of() {
+    local types
+    read -r -a types <<<"${GPU_TYPES:-}"
+    [[ -n ${types[$1 - 1]:-} ]] && printf '%s%s%s' "${3:-}" "${types[$1 - 1]}" "$2"
+    return 0
 }
 
 # other_host_name I PREFIX: PREFIX and node I's host name under --host-names other, else nothing
@@ -734,7 +745,7 @@ start_slurmd() {
 
 cmd_up() {
     need_root
-    local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120 names_arg=same
+    local gpus_arg=1,1,2,2 nodes_arg="" cpus_arg=16 mem_arg=32000 cred_arg=120 names_arg=same types_arg=""
     local explicit_gpus=0 profile_arg=$PROFILE_DEFAULT slurm_arg=${SLURMGEN_SLURM:-system}
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -754,6 +765,8 @@ cmd_up() {
             --cred-expire=*) cred_arg=${1#*=}; shift ;;
             --host-names) names_arg=${2:?--host-names needs a value}; shift 2 ;;
             --host-names=*) names_arg=${1#*=}; shift ;;
+            --gpu-types) types_arg=${2:?--gpu-types needs a value}; shift 2 ;;
+            --gpu-types=*) types_arg=${1#*=}; shift ;;
             -h | --help) usage; return 0 ;;
             *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -762,6 +775,7 @@ cmd_up() {
     [[ $mem_arg =~ ^[1-9][0-9]*$ ]] || die "--mem wants megabytes (a positive number)"
     [[ $cred_arg =~ ^[1-9][0-9]*$ ]] || die "--cred-expire wants seconds"
     [[ $names_arg =~ ^(same|other)$ ]] || die "--host-names wants same or other (got '$names_arg')"
+    [[ -z $types_arg || $types_arg =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] || die "--gpu-types wants lower-case names, one per node (got '$types_arg')"
     [[ $profile_arg =~ ^(auto|production|plain)$ ]] || die "--profile wants auto, production or plain (got '$profile_arg')"
     [[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SLURMGEN_CLUSTER_NET wants three octets like 10.213.47"
     local want
@@ -792,6 +806,9 @@ cmd_up() {
         if [[ $names_arg != "${HOST_NAMES:-same}" ]]; then
             die "already up with --host-names ${HOST_NAMES:-same}; run '$0 down' first to change it to $names_arg"
         fi
+        if [[ -n $types_arg && ${types_arg//,/ } != "${GPU_TYPES:-}" ]]; then
+            die "already up with --gpu-types '${GPU_TYPES:-}'; run '$0 down' first to change them"
+        fi
         local problems
         problems=$(health_problems)
         if [[ -z $problems ]]; then
@@ -819,6 +836,9 @@ cmd_up() {
     MEM=$mem_arg
     CRED_EXPIRE=$cred_arg
     HOST_NAMES=$names_arg
+    GPU_TYPES=${types_arg//,/ }
+    read -r -a TYPE_LIST <<<"$GPU_TYPES"
+    [[ ${#TYPE_LIST[@]} -eq 0 || ${#TYPE_LIST[@]} -eq $NODES ]] || die "--gpu-types names ${#TYPE_LIST[@]} types for $NODES nodes"
     local why
     why=$(why_no_production)
     PROFILE=$profile_arg
@@ -854,8 +874,8 @@ cmd_up() {
         die "--host-names other needs a network and a UTS namespace per node, which cannot be made here"
     fi
     {
-        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\nSLURM=%s\nSLURM_PREFIX=%s\nHOST_NAMES=%s\n' \
-            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE" "$SLURM" "$SLURM_PREFIX" "$HOST_NAMES"
+        printf 'MODE=%s\nGPUS=%s\nNODES=%s\nCPUS=%s\nMEM=%s\nNET=%s\nCTLD_PORT=%s\nUSE_UTS=%s\nPROFILE=%s\nSLURM=%s\nSLURM_PREFIX=%s\nHOST_NAMES=%s\nGPU_TYPES=%s\n' \
+            "$MODE" "$GPUS" "$NODES" "$CPUS" "$MEM" "$NET" "$CTLD_PORT" "$USE_UTS" "$PROFILE" "$SLURM" "$SLURM_PREFIX" "$HOST_NAMES" "$GPU_TYPES"
     } >"$LAYOUT"
 
     local lines=()

@@ -17,7 +17,8 @@ CASES = {
     "uniform_4x2": ["--nodes", "4", "--gpus", "2", "--partition", "gpu", "--time", "1-00:00:00"],
     "single_1x1": ["--nodes", "1", "--gpus", "1", "--no-preflight"],
     "eight_nodes_mixed": ["--nodes", "8", "--gpus", "8,8,8,8,4,4,2,1", "--account", "proj",
-                          "--qos", "high", "--mem", "0", "--exclude", "gpu[9-10]"],
+                          "--qos", "high", "--mem", "0", "--exclude", "gpu[9-10]",
+                          "--gpu-type", "h100,h100,a100,a100,a100,l40s,l40s,l40s"],
     "unsorted_2_1_2": ["--nodes", "3", "--gpus", "2,1,2", "--nodelist", "node[1-3]",
                        "--env", "HF_HOME=/shared/hf cache", "--setup", "source /opt/venv/bin/activate",
                        "--", "--max_steps", "100", "--output_dir", "runs/it's here"],
@@ -79,7 +80,7 @@ def test_script_grows_with_distinct_counts_not_nodes(render_args, tmp_path):
     assert result.exit_code == 0
     assert result.stdout.count("#SBATCH hetjob") == 1
     # A bound, not a budget that comments are trimmed to fit: the growth check below is the point.
-    assert len(result.stdout.encode()) < 10_500
+    assert len(result.stdout.encode()) < 11_500
     small = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "4", "--gpus", "8x2,4x2")
     # 256 times the nodes, the same two components: only the numbers get longer.
     assert len(result.stdout) - len(small.stdout) < 200
@@ -93,7 +94,7 @@ def test_a_layout_written_out_node_by_node_stays_small_and_readable(render_args)
     counts = ",".join(["8"] * 512 + ["4"] * 512)
     result = render_args("render", "-o", "-", "--log-dir", LOG_DIR, "--nodes", "1024", "--gpus", counts)
     assert result.exit_code == 0
-    assert len(result.stdout.encode()) < 10_500
+    assert len(result.stdout.encode()) < 11_500
     assert "# Command: slurmgen render -o - --log-dir /tmp/slurmgen-golden-logs --nodes 1024 --gpus 8x512,4x512\n" \
         in result.stdout
     assert result.stderr.splitlines()[-1] == ("  ranks per node: 8 each on node ranks 0-511 (global 0-4095);"

@@ -720,3 +720,15 @@ def test_an_interface_prefix_becomes_this_nodes_exact_name_for_gloo():
     env = {}
     task.prepare_environ(env, (("NCCL_SOCKET_IFNAME", "^docker,lo"),), 29999, None)
     assert "GLOO_SOCKET_IFNAME" not in env
+
+
+def test_a_gpu_type_is_asked_per_task_and_two_types_are_refused():
+    """--gpu-type on the submit path: one job of one task per GPU, so one typed request; a layout
+    of two GPU types needs a het job (slurmgen render)."""
+    params = submission.slurm_parameters(JobSpec(gpus=(1, 2), gpu_type=("a100",)).validate())
+    assert params["additional_parameters"]["gpus_per_task"] == "a100:1"
+    assert submission.slurm_parameters(JobSpec(gpus=(1, 2)))["additional_parameters"]["gpus_per_task"] == 1
+    with pytest.raises(SpecError, match=r"^--gpu-type 'v100,a100': python -m slurmgen.submit asks for one kind"
+                                        r" of GPU \(one job, one task per GPU\); give one type, or use slurmgen"
+                                        r" render \(a het job\)$"):
+        submission.check_submittable(JobSpec(gpus=(1, 2), gpu_type=("v100", "a100")))

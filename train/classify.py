@@ -84,6 +84,7 @@ def _main(argv: list[str]) -> dict | None:
     parser = HfArgumentParser((ClassifyArguments, TrainingArguments))
     parser.set_defaults(**hf.capability_defaults(denv))
     cargs, targs = hf.parse_or_usage_error(parser, lambda: parser.parse_args_into_dataclasses(args=argv))
+    hf.one_precision(targs)
     # Loss per example, not per token: otherwise the reported loss is world size times too big.
     targs.average_tokens_across_devices = False
     hf.count_tokens_by_default(targs, argv)

@@ -16,6 +16,18 @@ from train import checkpoint, cli, collectives, devices, heartbeat, outputs, sav
 from train.distenv import DistEnv
 
 
+# "bf16" or "fp16": what every GPU of the job supports (the batch script's preflight, from each
+# node's GPU model); a rank whose own GPU has bf16 still trains in fp16 when another lacks it.
+PRECISION_ENV = "SLURMGEN_PRECISION"
+
+
+def one_precision(args) -> None:
+    """An explicit --bf16 on a job with a GPU that lacks it is refused before training."""
+    if getattr(args, "bf16", False) and os.environ.get(PRECISION_ENV) == "fp16":
+        raise cli.UsageError("--bf16: some of the job's GPUs have no bf16 (the preflight line in the job log"
+                             " names them); drop it: every rank trains in fp16")
+
+
 def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     """Defaults that depend on the machine, set on the parser BEFORE parsing.
 
@@ -23,7 +35,7 @@ def capability_defaults(denv: DistEnv) -> dict[str, Any]:
     support, so the choice must be made before the dataclasses are built.
     """
     cuda = devices.cuda_available()
-    bf16 = devices.bf16_supported(denv)
+    bf16 = devices.bf16_supported(denv) and os.environ.get(PRECISION_ENV) != "fp16"
     defaults = {
         # Without use_cpu, accelerate on a GPU-less machine sets up no DDP at all: each rank
         # would train alone. gloo explicitly (accelerate would take mpi where torch has it),

@@ -168,6 +168,7 @@ def _main(argv: list[str]) -> dict | None:
     parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
     parser.set_defaults(**hf.capability_defaults(denv))
     script_args, cfg, model_args = hf.parse_or_usage_error(parser, lambda: parser.parse_args_and_config(argv))
+    hf.one_precision(cfg)
     hf.count_tokens_by_default(cfg, argv)
 
     hub.check_model_path(model_args.model_name_or_path)

@@ -116,6 +116,50 @@ def test_preflight_stops_a_job_whose_node_differs(submit_job, tmp_path):
     assert "slurmgen-train" not in job.log and not (tmp_path / "run").exists()
 
 
+@pytest.fixture
+def typed_gpus(cluster):
+    """The cluster's GPUs typed: node1 and node2 volta, node3 and node4 ampere (gpu:volta:1 ...)."""
+    from tests.e2e.test_hangs import _layout, _up, wait_idle
+
+    wait_idle()
+    before = _layout()
+    _up(before["GPUS"].replace(" ", ","), before, before.get("HOST_NAMES", "same"), "volta,volta,ampere,ampere")
+    yield
+    _up(before["GPUS"].replace(" ", ","), before, before.get("HOST_NAMES", "same"))
+
+
+def test_gpus_with_and_without_bf16_make_one_fp16_job_and_refuse_an_explicit_bf16(typed_gpus, submit_job,
+                                                                                   assets, tmp_path):
+    """Typed GRES asked per component (--gpu-type volta,volta,ampere,ampere) and a stand-in for
+    nvidia-smi on every node (the volta nodes report V100s, no bf16; the others A100s): preflight
+    names the mix and chooses fp16 for every rank, so the explicit --bf16 is refused on the ranks
+    before training, in one line."""
+    from tests.e2e.conftest import sft_args
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(textwrap.dedent("""\
+        #!/bin/bash
+        case $SLURMD_NODENAME in
+            node1|node2) echo "Tesla V100-SXM2-32GB, 32768, 7.0" ;;
+            *) echo "NVIDIA A100-SXM4-80GB, 81920, 8.0" ;;
+        esac
+        """))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    job = submit_job(["--nodes", "4", "--gpus", "1,1,2,2", "--gpu-type", "volta,volta,ampere,ampere",
+                      "--setup", f"export PATH={bin_dir}:$PATH"],
+                     [*sft_args(assets, tmp_path, steps=2), "--bf16", "True"], timeout=240)
+    assert job.state == "FAILED", job.log
+    assert [(c["TresPerNode"], c["NodeList"]) for c in job.info["components"]] == [
+        ("gres:gpu:volta:1", "node[1-2]"), ("gres:gpu:ampere:2", "node[3-4]")], job.info
+    assert ("slurmgen: the job's GPUs differ in bf16 support (node1: Tesla V100-SXM2-32GB (no bf16); node2: Tesla"
+            " V100-SXM2-32GB (no bf16); node3: NVIDIA A100-SXM4-80GB (bf16); node4: NVIDIA A100-SXM4-80GB (bf16)):"
+            " every rank trains in fp16") in job.log, job.log[-4000:]
+    assert ("error: --bf16: some of the job's GPUs have no bf16 (the preflight line in the job log names them);"
+            " drop it: every rank trains in fp16") in job.log, job.log[-4000:]
+    assert not (tmp_path / "run" / "progress.jsonl").exists()
+
+
 def test_unruly_job_name_reaches_slurm_intact(cluster, tmp_path):
     name = """it's "quoted" $HOME `id` \\ # not a comment"""
     script = tmp_path / "job.sh"

@@ -42,10 +42,11 @@ def _layout() -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def _up(gpus: str, layout: dict[str, str], host_names: str) -> None:
+def _up(gpus: str, layout: dict[str, str], host_names: str, gpu_types: str = "") -> None:
     subprocess.run(["bash", str(CLUSTER), "down"], check=True, capture_output=True, text=True)
     proc = subprocess.run(["bash", str(CLUSTER), "up", "--gpus", gpus, "--profile", layout.get("PROFILE", "auto"),
-                           "--slurm", layout.get("SLURM", "system") or "system", "--host-names", host_names],
+                           "--slurm", layout.get("SLURM", "system") or "system", "--host-names", host_names,
+                           *(["--gpu-types", gpu_types] if gpu_types else [])],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

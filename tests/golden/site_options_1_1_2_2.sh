@@ -93,10 +93,12 @@ rm -rf "$SLURMGEN_HEARTBEAT_DIR"
 
 # Preflight: a node that differs, or lacks the target or model, stops the job.
 read -r -d '' PREFLIGHT_REPORT <<'PY'
-import importlib.metadata as md, importlib.util, json, os, shutil, socket, sys, platform
+import importlib.metadata as md, importlib.util, json, os, shutil, socket, subprocess, sys, platform
 def version(name):
     try: return md.version(name)
     except md.PackageNotFoundError: return "missing"
+try: smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
+except (OSError, subprocess.SubprocessError): smi = ""
 nccl = next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) if v != "missing"), "none")
 kind, target, model, expected = sys.argv[1:5]
 try: found = importlib.util.find_spec(target) if kind == "module" else shutil.which(target) if kind == "exec" else os.path.isfile(target)
@@ -107,7 +109,7 @@ print("SLURMGEN_PREFLIGHT " + json.dumps({
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
     "interface": next(("MISSING: " + n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n and not os.path.exists("/sys/class/net/" + n)), "found"),
-    "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
+    "model": "found" if not model or os.path.exists(model) else "MISSING: " + model, "gpu_models": [[f.strip() for f in l.split(",")] for l in smi.splitlines() if l.count(",") == 2],
 }), flush=True)
 PY
 PREFLIGHT_LOG="$LOGS/.preflight-$SLURM_JOB_ID"
@@ -119,6 +121,8 @@ srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 \
 until wait; do :; done  # a warning (USR2) interrupts wait
 python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 4 "$FAILURES_FILE" 2 1:2,2:2
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without the odd node
+# bf16 or fp16: what every GPU of the job supports (none seen: empty); every rank trains in it.
+export SLURMGEN_PRECISION; SLURMGEN_PRECISION=$(sed -n 's/^SLURMGEN_PRECISION=//p' "$PREFLIGHT_LOG")
 rm -f "$PREFLIGHT_LOG"
 
 # The first failure ends the job; the others get SETTLE_SECONDS to end.
