@@ -1,6 +1,7 @@
 """Generated scripts on a real four-node Slurm cluster (GPUs 1,1,2,2), real srun and torchrun."""
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -137,6 +138,26 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
     assert [r["local_world"] for r in ranks] == [1, 1, 2, 2, 2, 2]
     assert [r["local_rank"] for r in ranks] == [0, 0, 0, 1, 0, 1]
     assert [r["node_rank"] for r in ranks] == [0, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("launcher, script", [("torchrun", "test_ops.py"), ("srun", "test_sync.py")])
+def test_accelerates_own_test_scripts_pass_with_the_rank_hooks(submit_job, tmp_path, launcher, script):
+    """accelerate's distributed test scripts (from its wheel) as the user's code on 1,1,2,2, with the
+    rank hooks on, beside a sitecustomize of the user's own, which still runs in every rank."""
+    import accelerate
+
+    scripts = Path(accelerate.__file__).parent / "test_utils" / "scripts"
+    theirs = tmp_path / "site"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text(
+        "import os\nif 'RANK' in os.environ:\n"
+        f"    open({str(tmp_path / 'theirs')!r} + '-' + os.environ['RANK'], 'w').close()\n")
+    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(scripts / script),
+                      "--env", "ACCELERATE_USE_CPU=1", "--env", f"PYTHONPATH={theirs}"])
+    assert job.state == "COMPLETED", job.log[-4000:]
+    assert sorted(p.name for p in tmp_path.glob("theirs-*")) == [f"theirs-{r}" for r in range(6)]
+    assert "slurmgen rank hooks" not in job.log  # no hook failed
 
 
 @pytest.mark.core

@@ -60,10 +60,14 @@ class _ThenCall(importlib.abc.Loader):
     def exec_module(self, module):
         module.__loader__ = module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        try:
-            self.hook(module)
-        except Exception as exc:  # a hook must never break the user's import
-            _warn(f"hooking {module.__name__}", exc)
+        _safely(self.hook, module)
+
+
+def _safely(hook, module):
+    try:
+        hook(module)
+    except Exception as exc:  # a hook must never break the user's import
+        _warn(f"hooking {module.__name__}", exc)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -100,7 +104,7 @@ def install():
     except Exception as exc:
         _warn("the stack dump", exc)
     for name in [n for n in hooks if n in sys.modules]:
-        hooks.pop(name)(sys.modules[name])
+        _safely(hooks.pop(name), sys.modules[name])
     sys.meta_path.insert(0, _AfterImport(hooks))
 
 
