@@ -225,6 +225,24 @@ def test_a_program_that_reports_nothing_is_requeued_as_before(render_args, tmp_p
     assert requeued(tmp_path)
 
 
+def test_a_script_that_takes_no_stop_file_is_stopped_after_a_grace_and_requeued(render_args, tmp_path):
+    # A user's own loop (no Trainer, so the rank hooks made no "stoppable" file): the warning's
+    # stop file means nothing to it; it gets min(30, grace - 10) s, then TERM, and the log says
+    # what is lost.
+    user_script = tmp_path / "loop.py"
+    user_script.write_text("")
+    script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--script", str(user_script),
+                       "--grace", "15")
+    start = time.monotonic()
+    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_SLEEP="60"))
+    assert rc == 0, err
+    assert 5 <= time.monotonic() - start - 2 < 30, err
+    assert ("slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it; the steps"
+            " since its own last checkpoint are lost") in err
+    assert "slurmgen: requeueing job 1234 (restart 1 of at most 3)" in out
+    assert requeued(tmp_path)
+
+
 def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
     (tmp_path / "logs").mkdir(exist_ok=True)
