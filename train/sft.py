@@ -96,13 +96,30 @@ def load_prepared(directory: str, cfg):
     return sets[0], (sets[1] if len(sets) > 1 else None)
 
 
-def load_model(model_args, denv):
+def reads_elsewhere(cfg, denv) -> bool:
+    """FSDP with cpu_ram_efficient_loading: rank 0 alone reads the weights, and accelerate sends
+    every other rank its shard when it prepares the model (a 70B model is read once, not once per
+    rank: 140 GB of host memory per rank otherwise)."""
+    return bool(cfg.fsdp) and bool((cfg.fsdp_config or {}).get("cpu_ram_efficient_loading")) and denv.rank != 0
+
+
+def load_model(model_args, denv, empty: bool = False):
+    """The model from its checkpoint, or with ``empty`` its parameters on the meta device (no
+    weights read; buffers such as rotary frequencies, which are not saved, stay real)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     kwargs = {"revision": model_args.model_revision, "attn_implementation": model_args.attn_implementation}
     dtype = model_args.dtype
     kwargs["dtype"] = dtype if dtype in ("auto", None) else getattr(torch, dtype)
+    if empty:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+        with init_empty_weights(include_buffers=False):
+            return AutoModelForCausalLM.from_config(config, dtype=kwargs["dtype"] if kwargs["dtype"] != "auto" else None,
+                                                    attn_implementation=model_args.attn_implementation)
     if model_args.load_in_4bit or model_args.load_in_8bit:
         from trl import get_quantization_config
 
@@ -193,7 +210,7 @@ def _main(argv: list[str]) -> dict | None:
         check_text_columns(train_ds, script_args.dataset_name, cfg.dataset_text_field)
     prep = time.perf_counter() - t0
 
-    model, tokenizer = load_model(model_args, denv), load_tokenizer(model_args)
+    model, tokenizer = load_model(model_args, denv, empty=reads_elsewhere(cfg, denv)), load_tokenizer(model_args)
     t0 = time.perf_counter()
     trainer = hf.sharded_on_cpus(SFTTrainer)(
         model=model,

@@ -1,10 +1,11 @@
-"""What a user's own Hugging Face Trainer gets in a slurmgen job (train.script_hooks loads this
+"""What a user's own Hugging Face Trainer gets in a slurmgen job (train/rank_hooks/sitecustomize loads this
 once transformers.trainer is imported): every Trainer, SFTTrainer and TRL's other trainers too,
 gets train.hf's ContractCallback, as train.sft does: progress.jsonl with loss and learning rate,
 the complete marker on each checkpoint, and at the stop file (the time-limit or preemption
 warning) a checkpoint at the current step and a clean stop. `train()` resumes from the newest
-complete checkpoint when the job says --resume auto, or when the script passes
-resume_from_checkpoint=True (also on a first run, where the Trainer alone would fail).
+complete checkpoint when the job says --resume auto (before a checkpoint the script names, as
+train.sft does), or when the script passes resume_from_checkpoint=True (also on a first run, where
+the Trainer alone would fail).
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def _resuming(train):
         callback = getattr(self, "_slurmgen_contract", None)
         if callback is None:
             return train(self, resume_from_checkpoint, *args, **kwargs)
-        if resume_from_checkpoint is True or (
-                resume_from_checkpoint is None and os.environ.get(RESUME_ENV) == "auto"):
+        auto = os.environ.get(RESUME_ENV) == "auto"
+        if resume_from_checkpoint is True or (auto and resume_from_checkpoint in (None, False)):
             resume_from_checkpoint = _newest_complete(self.args.output_dir, callback.denv)
+        elif auto and isinstance(resume_from_checkpoint, str):  # the run's own progress first, as train.sft
+            resume_from_checkpoint = _newest_complete(self.args.output_dir, callback.denv) or resume_from_checkpoint
         _mark_stoppable()
         result = train(self, resume_from_checkpoint, *args, **kwargs)
         stopped, step = callback.stopped_at is not None, self.state.global_step
