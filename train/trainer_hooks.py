@@ -1,11 +1,11 @@
-"""What a user's own Hugging Face Trainer gets in a slurmgen job (train/rank_hooks/sitecustomize loads this
-once transformers.trainer is imported): every Trainer, SFTTrainer and TRL's other trainers too,
-gets train.hf's ContractCallback, as train.sft does: progress.jsonl with loss and learning rate,
-the complete marker on each checkpoint, and at the stop file (the time-limit or preemption
-warning) a checkpoint at the current step and a clean stop. `train()` resumes from the newest
-complete checkpoint when the job says --resume auto (before a checkpoint the script names, as
-train.sft does), or when the script passes resume_from_checkpoint=True (also on a first run, where
-the Trainer alone would fail).
+"""What a user's own Hugging Face Trainer gets in a slurmgen job (train/rank_hooks/sitecustomize
+loads this once transformers.trainer is imported): every Trainer, SFTTrainer and TRL's other
+trainers too, gets train.hf's ContractCallback, as train.sft does: progress.jsonl with loss and
+learning rate, the complete marker on each checkpoint, and at the stop file (the time-limit or
+preemption warning) a checkpoint at the current step and a clean stop. `train()` resumes from the
+newest complete checkpoint when the job says --resume auto (before a checkpoint the script names,
+as train.sft does), or when the script passes resume_from_checkpoint=True (also on a first run,
+where the Trainer alone would fail).
 """
 
 from __future__ import annotations
