@@ -17,8 +17,8 @@ fp16 on GPUs), t = sequence length x micro batch tokens, L layers of hidden size
   other        1 GiB (CUDA context, workspaces), DDP's gradient buckets (a copy of the gradients)
                and 10% of the rest (allocator fragmentation)
 Host memory per node while loading: every rank reads the whole model (n·P·b on a node of n
-GPUs), under FSDP too (measured with transformers 5.25: its cpu_ram_efficient_loading leaves the
-other ranks reading as well, bench/bench_load_once.py); 4-bit loading streams checkpoint shards
+GPUs), under FSDP too (with cpu_ram_efficient_loading only rank 0 reads the file, but the others'
+peak was not lower in bench/bench_load_once.py: kept as the bound); 4-bit loading streams checkpoint shards
 (5 GiB each) to the GPU in every rank.
 """
 

@@ -103,6 +103,24 @@ def reads_elsewhere(cfg, denv) -> bool:
     return bool(cfg.fsdp) and bool((cfg.fsdp_config or {}).get("cpu_ram_efficient_loading")) and denv.rank != 0
 
 
+def saved_names(path: str) -> set[str]:
+    """The tensor names of a local safetensors checkpoint, from its headers (no weights read)."""
+    import json
+    import os
+
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as fh:
+            return set(json.load(fh)["weight_map"])
+    single = os.path.join(path, "model.safetensors")
+    if not os.path.isfile(single):
+        return set()
+    from safetensors import safe_open
+
+    with safe_open(single, "pt") as fh:
+        return set(fh.keys())
+
+
 def load_model(model_args, denv, empty: bool = False):
     """The model from its checkpoint, or with ``empty`` its parameters on the meta device (no
     weights read; buffers such as rotary frequencies, which are not saved, stay real)."""
@@ -117,9 +135,13 @@ def load_model(model_args, denv, empty: bool = False):
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+        if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" in saved_names(model_args.model_name_or_path):
+            config.tie_word_embeddings = False  # as from_pretrained builds it on rank 0: its own lm_head
         with init_empty_weights(include_buffers=False):
-            return AutoModelForCausalLM.from_config(config, dtype=kwargs["dtype"] if kwargs["dtype"] != "auto" else None,
-                                                    attn_implementation=model_args.attn_implementation)
+            model = AutoModelForCausalLM.from_config(config, dtype=kwargs["dtype"] if kwargs["dtype"] != "auto" else None,
+                                                     attn_implementation=model_args.attn_implementation)
+        model.tie_weights()  # inside the context each assigned parameter was copied to meta, untied
+        return model
     if model_args.load_in_4bit or model_args.load_in_8bit:
         from trl import get_quantization_config
 
