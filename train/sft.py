@@ -130,7 +130,7 @@ def load_model(model_args, denv, empty: bool = False):
     kwargs = {"revision": model_args.model_revision, "attn_implementation": model_args.attn_implementation}
     dtype = model_args.dtype
     kwargs["dtype"] = dtype if dtype in ("auto", None) else getattr(torch, dtype)
-    if empty:
+    if empty and not (model_args.load_in_4bit or model_args.load_in_8bit):  # quantized: every rank loads
         from accelerate import init_empty_weights
         from transformers import AutoConfig
 
