@@ -6,7 +6,9 @@
 Process group from the environment (train.distenv: torchrun or one Slurm task per GPU),
 nccl on CUDA and gloo on CPU, DistributedSampler with set_epoch, rank 0 logs and saves,
 resume from the newest complete checkpoint, stop file honoured at every step.
-Runs as a single process without any launcher too.
+Runs as a single process without any launcher too. With --fsdp the model is sharded instead
+(torch's fully_shard on each transformer block, then the whole model): each rank holds its share
+of the parameters, gradients and optimizer state; checkpoints are gathered into the same format.
 
 Checkpoint format: ``checkpoint-N/`` holds the model and tokenizer in HF format plus
 ``trainer.pt`` (optimizer state and step); the data position follows from the step.
@@ -48,6 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--logging_steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
+    p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
     cli.one_line_parser_errors(p)
     args = p.parse_args(argv)
     for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
@@ -102,17 +105,49 @@ def make_collate(tokenizer):
     return collate
 
 
-def save(args, denv, model, tokenizer, optimizer, step: int) -> None:
+def shard(model) -> None:
+    """FSDP2: each transformer block (the model's _no_split_modules) its own unit, then the rest."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(getattr(model, "_no_split_modules", None) or [])
+    for module in [m for m in model.modules() if type(m).__name__ in blocks]:
+        fully_shard(module)
+    fully_shard(model)
+
+
+def full_states(model, optimizer, sharded: bool) -> tuple[dict | None, dict]:
+    """The model's and optimizer's whole state, on every rank's CPU (a collective when sharded;
+    the model's None when not: save_pretrained reads it from the model itself)."""
+    if not sharded:
+        return None, optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=whole), get_optimizer_state_dict(model, optimizer, options=whole)
+
+
+def load_optimizer(model, optimizer, state: dict, sharded: bool) -> None:
+    if not sharded:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def save(args, denv, model, tokenizer, optimizer, step: int, sharded: bool = False) -> None:
     """Rank 0 writes the checkpoint into a staging dir; it appears complete or not at all. The
     others wait for it in a barrier, all of them in the save's phase (train.saves)."""
     import torch
 
     saves.begin(step)
+    model_state, optimizer_state = full_states(model, optimizer, sharded)
     if denv.is_main:
         with checkpoint.staged_checkpoint(args.output_dir, step) as tmp:
-            model.save_pretrained(tmp)
+            model.save_pretrained(tmp, state_dict=model_state)
             tokenizer.save_pretrained(tmp)
-            torch.save({"optimizer": optimizer.state_dict(), "step": step, "world_size": denv.world_size},
+            torch.save({"optimizer": optimizer_state, "step": step, "world_size": denv.world_size},
                        Path(tmp) / STATE_FILE)
             saves.pause_for_test(step, denv.is_main)
         checkpoint.prune(args.output_dir, args.save_total_limit)
@@ -150,13 +185,16 @@ def _main(argv: list[str]) -> dict | None:
         # Resuming loads the weights from the checkpoint itself (HF format).
         source = resume[1] if resume else args.model_name_or_path
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
+        sharded = args.fsdp and denv.distributed
+        if sharded:
+            shard(model)
         ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-               if denv.distributed else model)
+               if denv.distributed and not sharded else model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
         step = 0
         if resume:
             state = torch.load(Path(resume[1]) / STATE_FILE, map_location=device, weights_only=False)
-            optimizer.load_state_dict(state["optimizer"])
+            load_optimizer(model, optimizer, state["optimizer"], sharded)
             step = state["step"]
         start_step = step
 
@@ -202,7 +240,7 @@ def _main(argv: list[str]) -> dict | None:
                 stopped = step < args.max_steps and stop.stop_requested(denv.is_main)
                 heartbeat.beat(step)
                 if stopped or step % args.save_steps == 0 or step == args.max_steps:
-                    save(args, denv, model, tokenizer, optimizer, step)
+                    save(args, denv, model, tokenizer, optimizer, step, sharded)
                 if stopped or step >= args.max_steps:
                     break
             epoch, done_in_epoch = epoch + 1, 0

@@ -275,16 +275,22 @@ def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
 
 @pytest.mark.timeout(400)
 def test_preemption_signal_by_hand(cluster, assets, tmp_path):
-    """`scancel --signal=USR2 --batch JOB` mid-run: the same checkpoint, requeue and resume."""
+    """`scancel --signal=USR2 --batch JOB` mid-run: the same checkpoint, requeue and resume, here of a
+    sharded model (train.ddp_loop --fsdp): its gathered checkpoint resumes it, each of the 6 ranks
+    holding a sixth of the parameters."""
     steps = 20
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
-                               ddp_args(assets, tmp_path, steps, save_steps=8), wait=False)
+                               [*ddp_args(assets, tmp_path, steps, save_steps=8), "--fsdp"], wait=False)
     wait_progress(job_id, tmp_path / "run", 5)
     subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
     info = wait_with_nudges(job_id, timeout=300)
     job = JobRun(job_id, info, tmp_path)
     saved = assert_stopped_and_resumed(job, steps)
     assert int(info["Restarts"]) == 1 and 5 <= saved[0] < steps
+    metrics = job.metrics()
+    assert metrics["sharding"] == "fsdp" and metrics["resumed_from_step"] == saved[0]
+    shares = metrics["param_bytes_per_rank"]
+    assert [share / (sum(shares) / 6) for share in shares] == pytest.approx([1] * 6, rel=0.2), shares
 
 
 @pytest.mark.timeout(300)

@@ -218,6 +218,22 @@ def test_options_of_real_training_scripts(submit_job, tmp_path):
     assert components[0]["Comment"] == "site options run"
 
 
+@pytest.mark.timeout(300)
+def test_classify_fsdp_on_uneven_nodes(submit_job, assets, tmp_path):
+    """transformers.Trainer with --fsdp on 1,1,2,2: six shares of about a sixth each."""
+    job = submit_job([*UNEVEN, "--module", "train.classify"], [
+        "--model_name_or_path", str(assets / "bert"),
+        "--train_file", str(assets / "data" / "labelled_train.jsonl"),
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "6", "--save_steps", "6",
+        "--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--report_to", "none", "--fsdp"])
+    assert job.state == "COMPLETED", job.log
+    metrics = job.metrics()
+    assert_layout(metrics)
+    assert metrics["sharding"] == "fsdp"
+    shares = metrics["param_bytes_per_rank"]
+    assert [share / (sum(shares) / 6) for share in shares] == pytest.approx([1] * 6, rel=0.2), shares
+
+
 @pytest.mark.timeout(600)
 def test_sft_fsdp_on_uneven_nodes(submit_job, assets, tmp_path):
     """FSDP through the Trainer's own arguments on 1,1,2,2: each of the 6 ranks holds about a sixth
