@@ -108,3 +108,26 @@ def test_a_trainer_script_checkpoints_at_the_stop_file_and_resumes(tiny, hf_cach
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
     assert all(line["loss"] > 0 and line["learning_rate"] > 0 for line in lines[:-1]), lines
     assert beat(tmp_path)[1] == "5"
+
+
+def test_the_submit_path_installs_the_same_hooks_in_its_task_process(hf_cache, tmp_path):
+    """python -m slurmgen.submit runs a script inside its task process (runpy): the hooks are
+    installed there; a program (--exec) gets them through PYTHONPATH."""
+    code = (
+        "import os, sys\n"
+        "from slurmgen.task import install_rank_hooks\n"
+        "env = {}\n"
+        "install_rank_hooks(env, 'exec')\n"
+        "print('exec PYTHONPATH', env['PYTHONPATH'])\n"
+        "install_rank_hooks(os.environ, 'script')\n"
+        "assert 'torch' not in sys.modules\n"
+        "import torch\n"
+        "m = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    o.zero_grad(); m(torch.ones(1, 2)).sum().backward(); o.step()\n"
+    )
+    env = subprocess_env(hf_cache, RANK="0", SLURMGEN_HEARTBEAT_DIR=str(tmp_path / "beats"), SLURMGEN_BEAT_SECONDS="0")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert f"exec PYTHONPATH {rank_hooks.DIR}\n" in run.stdout
+    assert beat(tmp_path)[1] == "3"
