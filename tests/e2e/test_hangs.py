@@ -379,9 +379,9 @@ def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: flo
 @pytest.mark.timeout(900)
 def test_a_users_trainer_script_is_watched_retried_and_checkpointed_at_the_warning(spare_node, assets, tmp_path):
     """Seed 000's own script, its TRL names fixed, on 1,1,2,2 with nothing of slurmgen in it, in one
-    job: a rank stopped with SIGSTOP is named with its stack and retried (a retry that needs the
-    beats, as a crash's does); the time-limit warning saves a checkpoint at the current step and the
-    requeued run resumes from it (--resume auto); every step runs and the run finishes."""
+    job: a rank stopped with SIGSTOP is named with its stack and retried; a rank killed after training
+    began is retried; the time-limit warning saves a checkpoint at the current step and the requeued
+    run resumes from it (--resume auto); every step runs and the run finishes."""
     from tests import slurm_helpers
     from tests.test_script_check import adapted_seed_source
 
@@ -404,8 +404,12 @@ def test_a_users_trainer_script_is_watched_retried_and_checkpointed_at_the_warni
         report = reports(tmp_path, job_id)[0]
         assert re.search(r"rank 3 on node3 \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", report), report
         assert re.search(r'File ".*", line \d+ in ', rank_section(report, 3)), report
-        # Run 1: the time-limit warning, by hand.
-        wait_beat(tmp_path, job_id, 0, restarts=1)
+        # Run 1: rank 5 (node4) is killed once it trains.
+        _, host, pid = wait_beat(tmp_path, job_id, 5, restarts=1)
+        assert host == "node4"
+        os.kill(pid, signal.SIGKILL)
+        # Run 2: the time-limit warning, by hand.
+        wait_beat(tmp_path, job_id, 0, restarts=2)
         subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
         job = JobRun(job_id, wait_with_nudges(job_id, timeout=600), tmp_path)
     finally:
@@ -413,6 +417,7 @@ def test_a_users_trainer_script_is_watched_retried_and_checkpointed_at_the_warni
     log = job.log
     assert job.state == "COMPLETED", log[-6000:]
     assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
+    assert "failure 2 of at most 2 (crash on node4): requeueing" in log, log[-6000:]
     # The warning's checkpoint (the ranks stopped after the hang may have saved one too, at SIGTERM)
     warned = log.split("slurmgen: time limit or preemption warning")[1]
     saved = re.findall(r"stop requested, saved checkpoint at step (\d+)", warned)[0]

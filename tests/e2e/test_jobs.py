@@ -141,7 +141,8 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("launcher, script", [("torchrun", "test_ops.py"), ("srun", "test_sync.py")])
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+@pytest.mark.parametrize("script", ["test_ops.py", "test_sync.py"])
 def test_accelerates_own_test_scripts_pass_with_the_rank_hooks(submit_job, tmp_path, launcher, script):
     """accelerate's distributed test scripts (from its wheel) as the user's code on 1,1,2,2, with the
     rank hooks on, beside a sitecustomize of the user's own, which still runs in every rank."""
