@@ -131,3 +131,15 @@ def test_the_submit_path_installs_the_same_hooks_in_its_task_process(hf_cache, t
     assert run.returncode == 0, run.stderr
     assert f"exec PYTHONPATH {rank_hooks.DIR}\n" in run.stdout
     assert beat(tmp_path)[1] == "3"
+
+
+def test_watch_shows_the_step_of_rank_0s_beat_when_there_is_no_progress_file(tmp_path):
+    """A script without progress.jsonl: `slurmgen watch` takes the step from rank 0's heartbeat
+    beside the job log (what the rank hooks write)."""
+    from slurmgen.watch import beat_progress, progress_line
+
+    records = [{"JobId": "77", "StdOut": str(tmp_path / "slurmgen-77.out")}]
+    assert beat_progress(records) is None
+    (tmp_path / ".heartbeat-77").mkdir()
+    (tmp_path / ".heartbeat-77" / "rank-0").write_text("0 42 1796424631.029 node1 7806\n")
+    assert progress_line("RUNNING", beat_progress(records)) == "[RUNNING   ] step 42"
