@@ -178,6 +178,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
     nodelist_vars = [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
                      else "SLURM_JOB_NODELIST" for c in plan.components]
+    # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
+    stop_wait = max(spec.grace - 10, 5)
     context = {
         "spec": spec,
         "plan": plan,
@@ -210,11 +212,10 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "exports": rank_exports(spec),
         # OMP_NUM_THREADS, unless the user's --env sets it
         "threads": None if any(k == "OMP_NUM_THREADS" for k, _ in spec.env) else spec.threads_per_rank,
-        # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
-        "stop_wait": max(spec.grace - 10, 5),
+        "stop_wait": stop_wait,
         # A script that does not take the stop file (no Trainer) keeps training this long after
         # a warning, then gets SIGTERM
-        "stop_grace": min(30, max(spec.grace - 10, 5)),
+        "stop_grace": min(30, stop_wait),
         # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)
         "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
         "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),
