@@ -202,6 +202,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
         "master_ip_iface": _master_iface(spec),
         "iface_pattern": _iface_pattern(spec),
+        # Launch steps first take their own node's interface (rendezvous.sh.j2: node_iface).
+        "node_setup": "node_iface || exit; " if _iface_pattern(spec) else "",
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),

@@ -29,7 +29,10 @@ def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
     # A plain list is prefixes to NCCL: the script finds its node's exact name for gloo.
     text, _ = render_text(render_args, "--nccl-socket-ifname", "ib,eth")
     assert "export NCCL_SOCKET_IFNAME='ib,eth'\n" in text
-    assert "GLOO_SOCKET_IFNAME=$(cd /sys/class/net && printf '%s\\n' * | grep -m1 -E '^(ib|eth)')\n" in text
+    assert "GLOO_SOCKET_IFNAME=$(sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev | LC_ALL=C sort | grep -m1 -E '^(ib|eth)')" in text
+    # ... on every node, in every launch step, not once on the batch host for all.
+    launch = [line for line in text.splitlines() if "bash -c '" in line]
+    assert launch and all("bash -c 'node_iface || exit; exec" in line for line in launch)
     assert "export GLOO_SOCKET_IFNAME=ib" not in text
 
 

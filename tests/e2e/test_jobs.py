@@ -1,5 +1,6 @@
 """Generated scripts on a real four-node Slurm cluster (GPUs 1,1,2,2), real srun and torchrun."""
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -25,7 +26,7 @@ PROBE = textwrap.dedent('''
     info = {"rank": rank, "world": dist.get_world_size(), "host": socket.gethostname(),
             "local_rank": int(os.environ["LOCAL_RANK"]),
             "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
-            "node_rank": int(os.environ["GROUP_RANK"])}
+            "node_rank": int(os.environ["GROUP_RANK"]), "gloo": os.environ.get("GLOO_SOCKET_IFNAME")}
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, info)
     if rank == 0:
@@ -105,12 +106,32 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
     assert_layout(job.metrics())
 
 
+@pytest.fixture
+def ib_on_node3_and_4(cluster):
+    """node3 and node4 name their network interface ib0, node1 and node2 keep eth0: nodes of one
+    site that differ, so that an interface prefix list must give each node its own exact name."""
+    from tests.e2e.test_hangs import _layout
+
+    assert _layout()["MODE"] == "netns", "the nodes need network namespaces of their own"
+
+    def rename(old, new):
+        for node in ("node3", "node4"):
+            for args in (["set", old, "down"], ["set", old, "name", new], ["set", new, "up"]):
+                subprocess.run(["ip", "-n", f"sgc-{node}", "link", *args], check=True)
+
+    rename("eth0", "ib0")
+    yield
+    rename("ib0", "eth0")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
-def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
+def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher, ib_on_node3_and_4):
     """A plain init_process_group() script: every launcher gives it torchrun's variables. Run
     with --container apptainer:IMAGE through a stand-in apptainer (tests/shims/apptainer: it
-    records its command line and runs the command on the host): every step goes through it."""
+    records its command line and runs the command on the host): every step goes through it.
+    `--nccl-socket-ifname eth,ib` on nodes whose interfaces are eth0 (node1, node2) and ib0
+    (node3, node4): every rank's gloo takes its own node's name, and gloo connects them."""
     import json
     import shutil
 
@@ -121,7 +142,8 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
     record = tmp_path / "apptainer.jsonl"
     job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(probe),
                       "--container", "apptainer:/images/train.sif", "--setup", f"export PATH={tmp_path / 'bin'}:$PATH",
-                      "--env", f"APPTAINER_STANDIN_LOG={record}"], [str(tmp_path / "ranks.json")])
+                      "--env", f"APPTAINER_STANDIN_LOG={record}", "--nccl-socket-ifname", "eth,ib"],
+                     [str(tmp_path / "ranks.json")])
     assert job.state == "COMPLETED", job.log
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert {(c["image"], c["nv"], c["pwd"]) for c in calls} == {("/images/train.sif", True, str(REPO))}
@@ -138,6 +160,7 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher):
     assert [r["local_world"] for r in ranks] == [1, 1, 2, 2, 2, 2]
     assert [r["local_rank"] for r in ranks] == [0, 0, 0, 1, 0, 1]
     assert [r["node_rank"] for r in ranks] == [0, 1, 2, 2, 3, 3]
+    assert [r["gloo"] for r in ranks] == ["eth0", "eth0", "ib0", "ib0", "ib0", "ib0"]
 
 
 @pytest.mark.timeout(300)

@@ -50,11 +50,16 @@ if RANK_HOOKS=$(PYTHONSAFEPATH=1 python3 -c 'import train.rank_hooks as h; print
 else
     echo "slurmgen: cannot import train.rank_hooks here: your code runs without the rank hooks" >&2
 fi
-# NCCL takes these names as prefixes; gloo and --master-addr-ip need this node's exact name
-# (preflight checks that every node has it).
-GLOO_SOCKET_IFNAME=$(cd /sys/class/net && printf '%s\n' * | grep -m1 -E '^(ib0)')
-[[ -n $GLOO_SOCKET_IFNAME ]] || { echo "slurmgen: --nccl-socket-ifname $NCCL_SOCKET_IFNAME: no interface of $(hostname) starts so" >&2; exit 1; }
-export GLOO_SOCKET_IFNAME
+# NCCL takes these names as prefixes; gloo and --master-addr-ip need the node's exact name, and
+# nodes may name theirs differently: every step runs node_iface on its own node (/proc/net/dev
+# lists the interfaces of the node's network namespace).
+node_iface() {
+    GLOO_SOCKET_IFNAME=$(sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | LC_ALL=C sort | grep -m1 -E '^(ib0)') ||
+        { echo "slurmgen: --nccl-socket-ifname $NCCL_SOCKET_IFNAME: no interface of $(hostname) starts so" >&2; return 1; }
+    export GLOO_SOCKET_IFNAME
+}
+export -f node_iface
+node_iface || exit 1
 
 # Rank 0's node (the first of component 0) hosts the rendezvous.
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:?not in a Slurm job}" | head -n 1)
@@ -103,12 +108,15 @@ nccl = next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) 
 kind, target, model, expected = sys.argv[1:5]
 try: found = importlib.util.find_spec(target) if kind == "module" else shutil.which(target) if kind == "exec" else os.path.isfile(target)
 except ImportError: found = False
+nccl = os.environ.get("NCCL_SOCKET_IFNAME", ""); names = [n for _, n in socket.if_nameindex()]
+want = [w for w in nccl.lstrip("=").split(",") if w and nccl[:1] != "^"]  # "=": exact names, else prefixes
+iface_ok = all(w in names for w in want) if nccl[:1] == "=" else not want or any(n.startswith(w) for w in want for n in names)
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
-    "interface": next(("MISSING: " + n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n and not os.path.exists("/sys/class/net/" + n)), "found"),
+    "interface": "found" if iface_ok else "MISSING: " + nccl,
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model, "gpu_models": [[f.strip() for f in l.split(",")] for l in smi.splitlines() if l.count(",") == 2],
 }), flush=True)
 PY
@@ -243,7 +251,7 @@ TARGET=(titan-train --job.config_file llama3_8b.toml)
 # Component 0: one torchrun agent per node.
 SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' "${SLURM_JOB_NODELIST_HET_GROUP_0:-}" \
     srun --het-group=0 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=6 --kill-on-bad-exit=1 '--cpu-bind=cores' -l \
-    bash -c 'exec "$0" -m torch.distributed.run --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' python3 \
+    bash -c 'node_iface || exit; exec "$0" -m torch.distributed.run --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' python3 \
     --nnodes=4 --nproc-per-node=1 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
     --rdzv-conf=timeout=300 --no-python '--tee=3' --redirects 3 \
@@ -252,7 +260,7 @@ SLURMGEN_NODE_OFFSET=0 start_component 'component 0 (2 node(s) x 1 GPU)' "${SLUR
 # Component 1: one torchrun agent per node.
 SLURMGEN_NODE_OFFSET=2 start_component 'component 1 (2 node(s) x 2 GPUs)' "${SLURM_JOB_NODELIST_HET_GROUP_1:-}" \
     srun --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=6 --kill-on-bad-exit=1 '--cpu-bind=cores' -l \
-    bash -c 'exec "$0" -m torch.distributed.run --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' python3 \
+    bash -c 'node_iface || exit; exec "$0" -m torch.distributed.run --node-rank="$(( SLURMGEN_NODE_OFFSET + SLURM_NODEID ))" "$@"' python3 \
     --nnodes=4 --nproc-per-node=2 \
     --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
     --rdzv-conf=timeout=300 --no-python '--tee=3' --redirects 3 \
