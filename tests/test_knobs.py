@@ -148,3 +148,23 @@ def test_exclusive_reaches_the_submit_path():
 
     assert submission.slurm_parameters(JobSpec(gpus=(1, 2), exclusive=True))["exclusive"] is True
     assert "exclusive" not in submission.slurm_parameters(JobSpec(gpus=(1, 2)))
+
+
+def test_preflight_checks_the_interface_names_on_each_node(render_args):
+    """The preflight report that every node runs: NCCL's prefixes need a match there, an exact
+    list every name, an exclusion list nothing (the node's own namespace, as Python sees it)."""
+    import json
+    import os
+    import socket
+    import sys
+
+    text, _ = render_text(render_args)
+    report = text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    here = sorted(name for _, name in socket.if_nameindex())[0]
+    expected = {here[:1]: "found", "zzq": "MISSING: zzq", f"={here}": "found", f"={here},zzq0": f"MISSING: ={here},zzq0",
+                "^docker": "found", "": "found"}
+    for nccl, verdict in expected.items():
+        run = subprocess.run([sys.executable, "-c", report, "module", "json", "", "0"], capture_output=True, text=True,
+                             env=dict(os.environ, NCCL_SOCKET_IFNAME=nccl))
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout.split(" ", 1)[1])["interface"] == verdict, nccl
