@@ -7,13 +7,15 @@ import shlex
 import sys
 
 import click
+import cloup
 
 from slurmgen import __version__
-from slurmgen.errors import OneLineErrors, fail
+from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
 from slurmgen.plan import materialize, summary
 from slurmgen.render import needs_submitter, render, render_prep, render_submitter
 from slurmgen.spec import SpecError, compact_gpus, train_arg
+from slurmgen.submit import submit_command
 
 
 def _check_output_path(output: str) -> None:
@@ -52,26 +54,40 @@ def invoked_command(argv=None) -> str:
     return shlex.join(["slurmgen", *args])
 
 
-class OneLineGroup(OneLineErrors, click.Group):
-    """The `slurmgen` group; bad input is one line and exit status 2."""
-
-
-@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurmgen")
-def cli():
-    """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included."""
+@click.pass_context
+def cli(ctx):
+    """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included.
+
+    \b
+      slurmgen render --nodes 4 --gpus 1,1,2,2 -o job.sh -- --model_name_or_path M && sbatch job.sh
+
+    Shell completion: eval "$(_SLURMGEN_COMPLETE=bash_source slurmgen)" in ~/.bashrc
+    (zsh_source for ~/.zshrc, fish_source for fish).
+    """
+    if ctx.invoked_subcommand is None:  # a bare `slurmgen` is asking what there is
+        click.echo(ctx.get_help())
 
 
-@cli.command("render")
-@click.option("-o", "--output", default="generated.sh", show_default=True,
-              help="Where to write the script; - for stdout.")
-@click.option("--show-config", is_flag=True, help="Print the effective settings and their sources, then stop.")
-@click.option("--check", "check_first", is_flag=True,
-              help="Ask the cluster first (as `slurmgen check`); write nothing if the layout cannot run.")
+@cli.command("render", short_help="Write the sbatch script of a training job.")
+@cloup.option_group(
+    "Script",
+    click.option("-o", "--output", default="generated.sh", show_default=True,
+                 help="Where to write the script; - for stdout."),
+    click.option("--show-config", is_flag=True, help="Print the effective settings and their sources, then stop."),
+    click.option("--check", "check_first", is_flag=True,
+                 help="Ask the cluster first (as `slurmgen check`); write nothing if the layout cannot run."))
 @job_options
 @click.pass_context
 def render_command(ctx, output, show_config, check_first, **params):
-    """Write an sbatch script for the layout: `slurmgen render --nodes 4 --gpus 1,1,2,2 -- --max_steps 100`."""
+    """\b
+    Example: slurmgen render --nodes 4 --gpus 1,1,2,2 -o job.sh -- --max_steps 100 && sbatch job.sh
+
+    Write the sbatch script of a training job: one het component per group of equal nodes, each
+    with its own srun and launcher, the training arguments after `--`.
+    """
     if show_config:
         click.echo(describe_settings(ctx, params))
         return
@@ -190,10 +206,15 @@ def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False
     return verdict
 
 
-@cli.command("check")
+@cli.command("check", short_help="Say whether the layout can run on this cluster, and where.")
 @job_options
 def check_command(**params):
-    """Say whether the layout can run on this cluster, where, and if not why. Exit 0 yes, 1 no."""
+    """\b
+    Example: slurmgen check --nodes 4 --gpus 1,1,2,2 --script train.py
+
+    Say whether the layout can run on this cluster, where, and if not why; with --script, also
+    what in the script would fail on every rank. Exit 0 yes, 1 no.
+    """
     try:
         spec = spec_from_options(params)
     except SpecError as err:
@@ -201,14 +222,17 @@ def check_command(**params):
     sys.exit(0 if run_check(materialize(spec), alternatives=_alternatives(params, spec)) else 1)
 
 
-@cli.command("fit")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@cli.command("fit", short_help="Say what would fit on the GPUs before queueing.")
+@cloup.option_group("Fit", click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON."))
 @job_options
 def fit_command(as_json, **params):
-    """Say what would fit before queueing: GiB per GPU and per node for each strategy (DDP, LoRA,
+    """\b
+    Example: slurmgen fit --nodes 4 --gpus 1,1,2,2 --gpu-mem 80G -- --model_name_or_path M
+
+    Say what would fit before queueing: GiB per GPU and per node for each strategy (DDP, LoRA,
     QLoRA, FSDP, CPU offload), from the model's config.json alone, and the training arguments of
-    the one to use: `slurmgen fit --nodes 4 --gpus 1,1,2,2 --gpu-mem 80G -- --model_name_or_path M`.
-    Exit 0 when something fits, 1 when nothing does."""
+    the one to use. Exit 0 when something fits, 1 when nothing does.
+    """
     from slurmgen import fit
 
     try:
@@ -222,7 +246,7 @@ def fit_command(as_json, **params):
     sys.exit(0 if result.ok else 1)
 
 
-@cli.command("watch")
+@cli.command("watch", short_help="Follow a job (or a sweep's jobs) to its end: state, step, loss.")
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
               help="The training output directory, for steps and loss from progress.jsonl "
@@ -230,7 +254,10 @@ def fit_command(as_json, **params):
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 def watch_command(job_ids, output_dir, interval, timeout):
-    """Follow JOB_ID until it ends: state, step, loss. Exit 0 only if it COMPLETED.
+    """\b
+    Example: slurmgen watch 1234 --output-dir run
+
+    Follow JOB_ID until it ends: state, step, loss. Exit 0 only if it COMPLETED.
 
     A job array or several JOB_IDs (a sweep's het jobs): one line per run until every run has
     ended, then `sweep: N run(s): ...`; exit 0 only if every run COMPLETED.
@@ -248,12 +275,16 @@ def watch_command(job_ids, output_dir, interval, timeout):
     sys.exit(0 if sweep_ok(states) and not timed_out else 1)
 
 
-@cli.command("report")
+@cli.command("report", short_help="Compare runs: a ranked table, report.html and plots.")
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...")
 @click.option("-o", "--out", default=None, metavar="DIR",
               help="Where report.html and the PNGs go [default: the one RUN_DIR given, else ./slurmgen-report].")
 def report_command(run_dirs, out):
-    """Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots."""
+    """\b
+    Example: slurmgen report runs/lr-sweep
+
+    Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots.
+    """
     from slurmgen import report
 
     try:
@@ -266,8 +297,12 @@ def report_command(run_dirs, out):
     click.echo(f"wrote {', '.join(str(p) for p in written)}")
 
 
+# `slurmgen submit` is `python -m slurmgen.submit`, the one command.
+cli.add_command(submit_command, "submit")
+
+
 def main():
-    cli()
+    cli(prog_name="slurmgen")  # also as `python -m slurmgen`, and for completion's _SLURMGEN_COMPLETE
 
 
 if __name__ == "__main__":

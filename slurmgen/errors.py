@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+import cloup
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
@@ -28,3 +29,11 @@ class OneLineErrors:
             fail(err.format_message(), USAGE_ERROR)
         except click.exceptions.Exit as exit_:
             sys.exit(exit_.exit_code)
+
+
+class OneLineCommand(OneLineErrors, cloup.Command):
+    """A command whose bad input is one line and exit status 2; its options in --help sections."""
+
+
+class OneLineGroup(OneLineErrors, cloup.Group):
+    """The `slurmgen` group; bad input is one line and exit status 2."""

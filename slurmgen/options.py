@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import click
+import cloup
 
 from slurmgen import sweep
 from slurmgen.spec import (CONTAINER_RUNTIMES, DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env,
@@ -139,14 +140,38 @@ def _apply_profile(ctx: click.Context, _param, name):
     return name
 
 
+# --help's sections, in order: every job option in exactly one (checked below).
+SECTIONS = [
+    ("Layout", ["nodes", "gpus", "gpu_type", "world_size", "max_gpus", "min_gpus", "nodelist", "exclude",
+                "exclusive"]),
+    ("Resources", ["partition", "account", "qos", "time", "cpus_per_gpu", "cpus_per_node", "mem", "mem_per_gpu",
+                   "mem_per_cpu", "gpu_mem", "constraint", "hint", "threads_per_core", "reservation",
+                   "wait_all_nodes"]),
+    ("Launch", ["launcher", "module", "script", "exec", "python", "env", "setup", "setup_file", "prep",
+                "master_port", "master_addr_ip", "port_range", "nccl_debug", "nccl_socket_ifname", "hf_home",
+                "offline", "rank_hooks", "launcher_arg", "srun_arg"]),
+    ("Fault tolerance", ["grace", "max_restarts", "max_failures", "hang_timeout", "save_timeout", "resume",
+                         "preflight", "rdzv_timeout", "collective_timeout"]),
+    ("Sweeps and dependencies", ["sweep", "sweep_mode", "max_parallel", "after"]),
+    ("Site and containers", ["container", "container_image", "container_mounts", "slurm_version", "sbatch"]),
+    ("Output", ["job_name", "log_dir", "log_name", "error_log", "mail_type", "mail_user"]),
+]
+
+
+def _name(decls) -> str:
+    return decls[0].lstrip("-").split("/")[0].replace("-", "_")
+
+
 def job_options(func):
-    """Decorate a click command with every job option, then the training arguments after --."""
+    """Decorate a click command with every job option, in --help's sections, then the training
+    arguments after --."""
     func = click.argument("train_args", nargs=-1, type=click.UNPROCESSED)(func)
-    for decls, kwargs in reversed(JOB_OPTIONS):
-        func = click.option(*decls, **kwargs)(func)
-    func = click.option("--profile", default=None, is_eager=True, expose_value=False,
-                        callback=_apply_profile,
-                        help="Profile (table) in slurmgen.toml; [default] applies without it.")(func)
+    by_name = {_name(decls): (decls, kwargs) for decls, kwargs in JOB_OPTIONS}
+    profile = click.option("--profile", default=None, is_eager=True, expose_value=False, callback=_apply_profile,
+                           help="Profile (table) in slurmgen.toml; [default] applies without it.")
+    for title, names in reversed(SECTIONS):
+        options = [click.option(*by_name[n][0], **by_name[n][1]) for n in names]
+        func = cloup.option_group(title, *options, *([profile] if title == "Site and containers" else []))(func)
     return func
 
 
@@ -170,7 +195,7 @@ def describe_settings(ctx: click.Context, params: dict) -> str:
 
 def option_names() -> list[str]:
     """Parameter names of the job options (as click passes them)."""
-    return [decls[0].lstrip("-").split("/")[0].replace("-", "_") for decls, _ in JOB_OPTIONS]
+    return [_name(decls) for decls, _ in JOB_OPTIONS]
 
 
 def _read_setup_file(path: str) -> list[str]:

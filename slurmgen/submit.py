@@ -17,16 +17,13 @@ import sys
 from typing import Optional
 
 import click
+import cloup
 
-from slurmgen.errors import INTERRUPTED, OneLineErrors, fail
+from slurmgen.errors import INTERRUPTED, OneLineCommand, fail
 from slurmgen.options import job_options, spec_from_options
 from slurmgen.spec import JobSpec, SpecError
 
 JOB_FAILED = 1
-
-
-class OneLineCommand(OneLineErrors, click.Command):
-    """Bad input: one line and exit status 2, as for `slurmgen render`."""
 
 
 class ProgressPrinter:
@@ -200,19 +197,25 @@ def interrupted(sub) -> int:
     return INTERRUPTED
 
 
-@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--folder", default=None, type=click.Path(file_okay=False),
-              help="submitit folder: job pickles and per-task logs  [default: LOG_DIR/submitit]")
-@click.option("--detach", is_flag=True, help="Print the job id and the submitit folder, then return.")
-@click.option("--local", is_flag=True,
-              help="Run here with submitit's local executor: one process per GPU, no Slurm.")
-@click.option("--attach", "attach_to", metavar="JOB_ID", default=None,
-              help="Follow a job submitted earlier (e.g. with --detach) to its end, as if just "
-                   "submitted; takes no job options, only --folder or --log-dir to find it.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
+@click.command("submit", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]},
+               short_help="Submit the job from Python (submitit) and follow it to its end.")
+@cloup.option_group(
+    "Submit",
+    click.option("--folder", default=None, type=click.Path(file_okay=False),
+                 help="submitit folder: job pickles and per-task logs  [default: LOG_DIR/submitit]"),
+    click.option("--detach", is_flag=True, help="Print the job id and the submitit folder, then return."),
+    click.option("--local", is_flag=True,
+                 help="Run here with submitit's local executor: one process per GPU, no Slurm."),
+    click.option("--attach", "attach_to", metavar="JOB_ID", default=None,
+                 help="Follow a job submitted earlier (e.g. with --detach) to its end, as if just "
+                      "submitted; takes no job options, only --folder or --log-dir to find it."),
+    click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls."))
 @job_options
 def submit_command(folder, detach, local, attach_to, interval, **params):
-    """Submit the training job through submitit: one Slurm task per GPU, uneven nodes included.
+    """\b
+    Example: slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --output_dir run --max_steps 100
+
+    Submit the training job through submitit: one Slurm task per GPU, uneven nodes included.
 
     Training arguments go after `--`; their --output_dir is where progress, metrics and the
     model are read from. Slurm picks how tasks spread over nodes from free GPUs: pin --nodelist
