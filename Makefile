@@ -21,12 +21,21 @@ TEST_PATH := $(CURDIR)/$(VENV)/bin:$(if $(SLURM_BIN),$(SLURM_BIN):)$(PATH)
 
 venv: $(VENV)/.installed
 
-# torch first and pinned: an open range would pull a multi-GB CUDA build.
+# torch pinned: an open range would pull a multi-GB CUDA build. uv installs everything in seconds
+# where pip takes most of a minute, and compiles the bytecode once here rather than in every rank
+# of the first job; pip is the fallback wherever uv cannot be had or fails. uv reads no pip.conf,
+# so it is given pip's configured wheel directories (find-links) and constraints.
+EXTRAS := train,test,report
 $(VENV)/.installed: setup.cfg pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[train,test,report]' --config-settings editable_mode=compat
+	@start=$$SECONDS; $(PYTHON) -m venv $(VENV) || exit 1; \
+	pipconf=$$($(PY) -m pip config list 2>/dev/null); \
+	links=$$(sed -n "s/.*find-links='\(.*\)'$$/\1/p" <<<"$$pipconf" | tr ' ' '\n' | sed 's/^/--find-links=/'); \
+	limits=$$(sed -n "s/.*\.constraint='\(.*\)'$$/\1/p" <<<"$$pipconf" | tr ' ' '\n' | sed 's/^/--constraint=/'); \
+	if $(PY) -m pip install -q uv 2>/dev/null && $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $$links $$limits \
+			torch==2.13.0 -e '.[$(EXTRAS)]' --config-settings editable_mode=compat; then how=uv; \
+	else how=pip; $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q torch==2.13.0 && \
+		$(PY) -m pip install -q -e '.[$(EXTRAS)]' --config-settings editable_mode=compat || exit 1; fi; \
+	echo "venv: $(VENV) installed with $$how in $$((SECONDS - start)) s"
 	touch $@
 
 # Debian's slurm-wlm, munge and shellcheck (and the SLURM version, built); only root can.
@@ -53,8 +62,12 @@ test: venv system-deps
 unit: venv
 	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
 
-demo: venv system-deps
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash tests/demo.sh
+# The venv and Debian's packages at once (both mostly wait on downloads), then the job.
+demo:
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j2 venv system-deps || exit 1; \
+	echo "demo: set-up (venv, Debian's packages) in $$((SECONDS - start)) s"; \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash tests/demo.sh || exit 1; \
+	echo "demo: all in $$((SECONDS - start)) s"
 
 bench: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash bench/run_all.sh

@@ -13,6 +13,7 @@ import html
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -204,13 +205,28 @@ def _finite(value: Optional[float]) -> bool:
     return value is not None and math.isfinite(value)
 
 
-COLUMNS = ("rank", "run", "swept", "steps", "final loss", "eval loss", "samples/s", "tokens/s", "state")
+COLUMNS = ("rank", "run", "swept", "steps", "final loss", "eval loss", "samples/s", "tokens/s", "state",
+           "loss curve")
+BARS = "▁▂▃▄▅▆▇█"  # lowest to highest
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """The loss over the run in one word: each character the mean of its share of the steps, its
+    height between the run's lowest and highest loss (NaN and inf left out)."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "-"
+    width = min(width, len(values))
+    means = [statistics.fmean(values[i * len(values) // width:(i + 1) * len(values) // width])
+             for i in range(width)]
+    low, high = min(means), max(means)
+    return "".join(BARS[round((m - low) / (high - low) * (len(BARS) - 1)) if high > low else 0] for m in means)
 
 
 def _row(position: int, run: Run) -> list[str]:
     return [str(position), _printable(run.name), _printable(swept_text(run)), steps_text(run),
             fmt(run.final_loss, 4), fmt(run.eval_loss, 4), fmt(run.samples_per_second, 1),
-            fmt(run.tokens_per_second, 1), run.state]
+            fmt(run.tokens_per_second, 1), run.state, sparkline(run.losses)]
 
 
 def terminal_table(runs: list[Run]) -> str:

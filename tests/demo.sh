@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 out=$repo/demo-out
 cluster=tests/localcluster.sh
+# took WHAT: how long WHAT took since the last phase, so a slow first run says where the time went
+phase_start=$SECONDS
+took() { echo "demo: $1 in $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
 
 started=0
 if sinfo -h >/dev/null 2>&1; then
@@ -14,8 +17,9 @@ if sinfo -h >/dev/null 2>&1; then
 else
     echo "demo: no Slurm configured; starting the local four-node cluster (GPUs 1,1,2,2)"
     "$cluster" install
-    "$cluster" up
+    "$cluster" up >/dev/null
     started=1
+    took "local cluster up"
 fi
 cleanup() { if (( started )); then "$cluster" down; fi; }
 trap cleanup EXIT
@@ -23,7 +27,8 @@ trap cleanup EXIT
 rm -rf "$out"
 mkdir -p "$out"
 echo "demo: building tiny offline assets in $out/assets"
-python -m train.tiny "$out/assets"
+HF_HUB_DISABLE_PROGRESS_BARS=1 python -m train.tiny "$out/assets" >/dev/null
+took "assets built"
 
 slurmgen render --nodes 4 --gpus 1,1,2,2 --cpus-per-gpu 2 --job-name slurmgen-demo \
     --log-dir "$out/logs" --setup "source $repo/.venv/bin/activate" \
@@ -33,10 +38,12 @@ slurmgen render --nodes 4 --gpus 1,1,2,2 --cpus-per-gpu 2 --job-name slurmgen-de
     --output_dir "$out/run" --max_steps 30 --save_steps 30 --per_device_train_batch_size 4 \
     --learning_rate 3e-3 --logging_steps 1 --report_to none
 
+took "script rendered"
 job=$(cd "$repo" && sbatch --parsable "$out/job.sh")
 echo "demo: submitted job $job"
 state=0
 slurmgen watch "$job" --output-dir "$out/run" --interval 1 || state=$?
+took "job $job (queue, start of 6 ranks on 4 nodes, training)"
 
 log=$(find "$out/logs" -name "*.out" | head -n 1)
 if (( state != 0 )); then
@@ -51,6 +58,10 @@ print(f"demo: world size {m['world_size']}, ranks per host {m['ranks_per_host']}
 print(f"demo: loss {m['first_loss']:.4f} -> {m['last_loss']:.4f} over {m['global_step']} steps"
       f" ({m['samples_per_second']:.1f} samples/s)")
 PY
-slurmgen report "$out/run" -o "$out/report" | sed 's/^/demo: /'
-echo "demo: model and checkpoints in $out/run, job log in $log, script in $out/job.sh"
-echo "demo: report in $out/report/report.html"
+slurmgen report "$out/run" -o "$out/report" | sed -n 's/^/demo: /; /^demo: wrote/!p'
+took "report written"
+echo "demo: where to look:"
+echo "  model and checkpoints  $out/run"
+echo "  the job's log          $log"
+echo "  the script             $out/job.sh"
+echo "  loss curve and report  $out/report/loss.png, $out/report/report.html"

@@ -222,3 +222,17 @@ def test_same_run_names_in_two_sweeps_and_odd_characters(tmp_path):
     assert "\x1b" not in table and "odd?[31mname" in table
     pixels = png_pixels(write_report(runs, tmp_path / "out")[1])
     assert pixels.std() > 0
+
+
+def test_the_table_draws_each_runs_loss_curve(sweep):
+    """A falling loss is a falling line of bars; a flat or missing one says so."""
+    from slurmgen.report import sparkline
+
+    assert sparkline([4.0, 3.0, 2.0, 1.0]) == "\u2588\u2586\u2583\u2581"
+    assert sparkline([2.0] * 50) == "\u2581" * 24
+    assert sparkline([float("nan")]) == "-" and sparkline([]) == "-"
+    assert len(sparkline([float(v) for v in range(1000)], width=10)) == 10
+    lines = terminal_table(find_runs([str(sweep)])).splitlines()
+    assert lines[1].endswith("loss curve")
+    curve = lines[2].split()[-1]
+    assert curve[0] == "\u2588" and curve[-1] == "\u2581", curve  # the best run's loss fell
