@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurmgen import auto_layout  # noqa: E402
+from slurmgen.site import auto_layout  # noqa: E402
 
 TARGET_S = 0.5
 

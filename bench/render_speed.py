@@ -55,9 +55,9 @@ def main():
         print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.50)")
 
         sys.path.insert(0, str(REPO))
-        from slurmgen.plan import materialize
-        from slurmgen.render import render
-        from slurmgen.spec import JobSpec
+        from slurmgen.plan.layout import materialize
+        from slurmgen.script.render import render
+        from slurmgen.plan.spec import JobSpec
         spec = JobSpec(gpus=(8,) * 512 + (4,) * 512, log_dir=os.path.join(work, "logs")).validate()
         start = time.perf_counter()
         text = render(materialize(spec))
@@ -65,7 +65,7 @@ def main():
         print(f"1024 nodes (8x512, 4x512): {len(materialize(spec).components)} components,"
               f" {len(text.encode())} bytes, rendered in {elapsed * 1000:.1f} ms")
         imported = subprocess.run(
-            [sys.executable, "-c", "import sys; from slurmgen import cli, render, plan, options;"
+            [sys.executable, "-c", "import sys; from slurmgen import cli, options; from slurmgen.script import render; from slurmgen.plan import layout;"
              " print(any(m.split('.')[0] in ('torch', 'transformers') for m in sys.modules))"],
             capture_output=True, text=True, check=True).stdout.strip()
         print(f"slurmgen imports torch or transformers: {imported}")

@@ -12,9 +12,9 @@ import cloup
 from slurmgen import __version__
 from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
-from slurmgen.plan import materialize, summary
-from slurmgen.render import needs_submitter, render, render_prep, render_submitter
-from slurmgen.spec import SpecError, compact_gpus, train_arg
+from slurmgen.plan.layout import materialize, summary
+from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
+from slurmgen.plan.words import SpecError, compact_gpus, train_arg
 from slurmgen.submit import submit_command
 
 
@@ -100,7 +100,7 @@ def render_command(ctx, output, show_config, check_first, **params):
     if check_first and not run_check(plan, err=output == "-", alternatives=_alternatives(params, spec)):
         sys.exit(1)
     if spec.offline:
-        from slurmgen.prefetch import PrefetchError, prefetch
+        from slurmgen.site.prefetch import PrefetchError, prefetch
 
         try:
             prefetch(spec, log=lambda line: click.echo(line, err=True))
@@ -155,9 +155,9 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     other layouts --gpus auto considered (label, spec)."""
     from datetime import datetime
 
-    from slurmgen import estimate
-    from slurmgen.check import assess
-    from slurmgen.cluster import ClusterError, query
+    from slurmgen.site import estimate
+    from slurmgen.site.check import assess
+    from slurmgen.site.cluster import ClusterError, query
 
     try:
         cluster = query()
@@ -180,7 +180,7 @@ def run_check(plan, err=False, alternatives=()) -> bool:
 
 def _fit_check(spec, verdict):
     """With --gpu-mem and a model, the strategy the training arguments choose must fit."""
-    from slurmgen import fit
+    from slurmgen.site import fit
 
     try:
         result = fit.assess_spec(spec)
@@ -194,7 +194,7 @@ def _fit_check(spec, verdict):
 def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False):
     """The script's lines that would fail every rank after the queue wait fail the check too; a
     run that would never resume is said, and fails nothing."""
-    from slurmgen.user_script import read
+    from slurmgen.site.user_script import read
 
     reading = read(script, cpu_only, resume_auto)
     head = reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
@@ -233,7 +233,7 @@ def fit_command(as_json, **params):
     QLoRA, FSDP, CPU offload), from the model's config.json alone, and the training arguments of
     the one to use. Exit 0 when something fits, 1 when nothing does.
     """
-    from slurmgen import fit
+    from slurmgen.site import fit
 
     try:
         spec = spec_from_options(params)
@@ -262,7 +262,7 @@ def watch_command(job_ids, output_dir, interval, timeout):
     A job array or several JOB_IDs (a sweep's het jobs): one line per run until every run has
     ended, then `sweep: N run(s): ...`; exit 0 only if every run COMPLETED.
     """
-    from slurmgen.watch import follows_sweep, sweep_ok, sweep_summary, watch, watch_sweep
+    from slurmgen.observe.watch import follows_sweep, sweep_ok, sweep_summary, watch, watch_sweep
 
     if not follows_sweep(job_ids):
         state = watch(job_ids[0], output_dir and os.path.abspath(output_dir), interval, timeout)
@@ -285,7 +285,7 @@ def report_command(run_dirs, out):
 
     Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots.
     """
-    from slurmgen import report
+    from slurmgen.observe import report
 
     try:
         runs = report.find_runs(list(run_dirs))

@@ -10,9 +10,9 @@ from typing import Optional
 import click
 import cloup
 
-from slurmgen import sweep
-from slurmgen.spec import (CONTAINER_RUNTIMES, DEFAULT_MODULE, LAUNCHERS, JobSpec, SpecError, parse_env,
-                           parse_gpus, parse_port_range)
+from slurmgen.plan import sweep
+from slurmgen.plan.spec import CONTAINER_RUNTIMES, DEFAULT_MODULE, LAUNCHERS, JobSpec
+from slurmgen.plan.words import SpecError, parse_env, parse_gpus, parse_port_range
 
 # (param decls, click keyword arguments); the order here is the order in --help.
 JOB_OPTIONS = [
@@ -127,7 +127,7 @@ JOB_OPTIONS = [
 
 def _apply_profile(ctx: click.Context, _param, name):
     """Eager: fill click's default_map from the profile before any other option is read."""
-    from slurmgen import profiles
+    from slurmgen.plan import profiles
 
     multiple = {p.name: getattr(p, "multiple", False) for p in ctx.command.params
                 if isinstance(p, click.Option) and p.name in option_names()}
@@ -218,7 +218,7 @@ def _auto_request(params: dict):
     not given: the default one is asked for with the nodes)."""
     import hostlist
 
-    from slurmgen import auto_layout
+    from slurmgen.site import auto_layout
 
     world, most, least = params.get("world_size"), params.get("max_gpus"), params.get("min_gpus")
     if params.get("gpu_type") is not None:
@@ -246,8 +246,8 @@ def _auto_request(params: dict):
 
 def _cluster_now(request):
     """The nodes as they are now, and the request with the default partition filled in."""
-    from slurmgen import auto_layout
-    from slurmgen.cluster import ClusterError
+    from slurmgen.site import auto_layout
+    from slurmgen.site.cluster import ClusterError
 
     try:
         nodes = auto_layout.query_nodes()
@@ -276,7 +276,7 @@ def _auto_layout(params: dict) -> tuple[tuple[int, ...], str, str]:
     the GPUs free now; the choice and the nodes skipped go to stderr."""
     import hostlist
 
-    from slurmgen import auto_layout
+    from slurmgen.site import auto_layout
 
     nodes, request = _cluster_now(_auto_request(params))
     try:
@@ -292,7 +292,7 @@ def _auto_layout(params: dict) -> tuple[tuple[int, ...], str, str]:
 
 def auto_alternatives(params: dict, spec: JobSpec) -> list[tuple[str, JobSpec]]:
     """With --gpus auto: the other layouts it considered, as specs to estimate (label, spec)."""
-    from slurmgen import auto_layout
+    from slurmgen.site import auto_layout
 
     if params["gpus"].strip().lower() != "auto":
         return []

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmgen import auto_layout as al
+from slurmgen.site import auto_layout as al
 
 RECORDED = (Path(__file__).resolve().parents[1] / "bench" / "data" / "scontrol_node_line.txt").read_text()
 
@@ -168,7 +168,8 @@ def test_check_adds_slurms_estimate_for_the_layout_and_the_alternatives(monkeypa
 
     from click.testing import CliRunner
 
-    from slurmgen import cluster, estimate
+    from slurmgen.site import cluster
+    from slurmgen.site import estimate
     from slurmgen.cli import cli
 
     busy = [node("node1", 1), node("node2", 1), node("node3", 2, used=1, state="MIXED"), node("node4", 2)]

@@ -1,8 +1,8 @@
 """`slurmgen check` judgement on fixed sinfo output (pure); the real cluster is in tests/e2e."""
-from slurmgen.check import assess
-from slurmgen.cluster import ClusterInfo, gpu_count, parse_sinfo
-from slurmgen.plan import materialize
-from slurmgen.spec import JobSpec
+from slurmgen.site.check import assess
+from slurmgen.site.cluster import ClusterInfo, gpu_count, parse_sinfo
+from slurmgen.plan.layout import materialize
+from slurmgen.plan.spec import JobSpec
 
 SINFO = """node1|debug*|gpu:1|idle|16|none
 node2|debug*|gpu:1|mixed|16|none

@@ -144,7 +144,7 @@ def test_stdout_output_keeps_summary_off_stdout(render_args, tmp_path, monkeypat
 ])
 def test_sbatch_options_are_those_of_the_installed_release(release, option, message, render_args,
                                                           tmp_path, monkeypatch):
-    from slurmgen import slurm_release
+    from slurmgen.site import slurm_release
 
     monkeypatch.setattr(slurm_release, "installed", lambda: release)
     monkeypatch.chdir(tmp_path)

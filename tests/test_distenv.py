@@ -75,7 +75,7 @@ def test_slurm_uneven_one_task_per_gpu(task, expect):
 
 
 def test_slurm_tasks_need_the_exported_port():
-    """The port is derived in one place (slurmgen.spec, exported by the scripts and the submit
+    """The port is derived in one place (slurmgen.plan.spec, exported by the scripts and the submit
     path); a task without it says so instead of guessing a port of its own."""
     env = slurm_task(1, 1, 0)
     del env["MASTER_PORT"]

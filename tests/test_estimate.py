@@ -1,7 +1,7 @@
 """Slurm's start estimate (sbatch --test-only) as one line: now, later, unbounded, or why none."""
 from datetime import datetime
 
-from slurmgen import estimate
+from slurmgen.site import estimate
 
 NOW = datetime(2026, 12, 3, 14, 0, 0)
 

@@ -160,7 +160,7 @@ def test_bad_input_is_one_line_exit_2(render_args, args, message):
     ({"fsdp": "True", "use_peft": True, "load_in_4bit": True}, "FSDP + QLoRA"),
 ])
 def test_the_training_arguments_select_a_strategy(settings, chosen):
-    from slurmgen.fit import STRATEGIES, Training
+    from slurmgen.site.fit import STRATEGIES, Training
 
     assert Training.from_settings(settings).chosen.name == chosen
     # and each strategy's own arguments select it again

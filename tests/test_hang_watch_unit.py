@@ -12,7 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from slurmgen import hangs, retry
+from slurmgen.job import hangs
+from slurmgen.job import retry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,7 +166,7 @@ def test_exclusion_and_whether_the_layout_still_fits():
 
 
 def test_watch_shows_hang_and_retry_lines_as_they_come(tmp_path):
-    from slurmgen.watch import LogEvents
+    from slurmgen.observe.watch import LogEvents
 
     log = tmp_path / "job.out"
     log.write_text("slurmgen: job 7 (restart 0 of at most 3)\nslurmgen-train: step 1\n")

@@ -123,7 +123,7 @@ def test_master_port_is_one_formula_for_scripts_and_tasks():
     """The batch shell's MASTER_PORT and the submit path's are the same function of the job id."""
     import subprocess
 
-    from slurmgen.spec import job_port, job_port_shell
+    from slurmgen.plan.launch import job_port, job_port_shell
 
     for port_range in ((20000, 29999), (31000, 31007)):
         for job_id in (1, 7, 10_007, 123_456_789):
@@ -143,8 +143,8 @@ def test_exclusive_whole_nodes_for_every_component(render_args):
 
 
 def test_exclusive_reaches_the_submit_path():
-    from slurmgen import submission
-    from slurmgen.spec import JobSpec
+    from slurmgen.submit import submission
+    from slurmgen.plan.spec import JobSpec
 
     assert submission.slurm_parameters(JobSpec(gpus=(1, 2), exclusive=True))["exclusive"] is True
     assert "exclusive" not in submission.slurm_parameters(JobSpec(gpus=(1, 2)))

@@ -5,8 +5,8 @@ from pathlib import Path
 import huggingface_hub
 import huggingface_hub.constants
 
-from slurmgen import prefetch
-from slurmgen.spec import JobSpec
+from slurmgen.site import prefetch
+from slurmgen.plan.spec import JobSpec
 
 
 def fake_snapshot_download(fetched):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.spec import parse_time
+from slurmgen.plan.words import parse_time
 
 SCRIPTS = Path(__file__).parent / "public_scripts"
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "p": "partition", "A": "account",

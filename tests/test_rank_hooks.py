@@ -115,7 +115,7 @@ def test_the_submit_path_installs_the_same_hooks_in_its_task_process(hf_cache, t
     installed there; a program (--exec) gets them through PYTHONPATH."""
     code = (
         "import os, sys\n"
-        "from slurmgen.task import install_rank_hooks\n"
+        "from slurmgen.submit.task import install_rank_hooks\n"
         "env = {}\n"
         "install_rank_hooks(env, 'exec')\n"
         "print('exec PYTHONPATH', env['PYTHONPATH'])\n"
@@ -136,7 +136,7 @@ def test_the_submit_path_installs_the_same_hooks_in_its_task_process(hf_cache, t
 def test_watch_shows_the_step_of_rank_0s_beat_when_there_is_no_progress_file(tmp_path):
     """A script without progress.jsonl: `slurmgen watch` takes the step from rank 0's heartbeat
     beside the job log (what the rank hooks write)."""
-    from slurmgen.watch import beat_progress, progress_line
+    from slurmgen.observe.watch import beat_progress, progress_line
 
     records = [{"JobId": "77", "StdOut": str(tmp_path / "slurmgen-77.out")}]
     assert beat_progress(records) is None

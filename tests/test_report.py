@@ -1,4 +1,4 @@
-"""slurmgen.report: finding runs, ranking them, the terminal table and the HTML report."""
+"""slurmgen.observe.report: finding runs, ranking them, the terminal table and the HTML report."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.report import ReportError, find_runs, rank, terminal_table, write_report
+from slurmgen.observe.report import ReportError, find_runs, rank, terminal_table, write_report
 
 pytestmark = pytest.mark.unit
 
@@ -201,7 +201,7 @@ def test_missing_matplotlib_is_one_line(sweep, tmp_path, monkeypatch):
 
 def test_report_never_imports_torch(sweep, tmp_path):
     code = ("import sys\n"
-            "from slurmgen.report import find_runs, terminal_table, write_report\n"
+            "from slurmgen.observe.report import find_runs, terminal_table, write_report\n"
             f"runs = find_runs([{str(sweep)!r}])\n"
             "terminal_table(runs)\n"
             f"write_report(runs, {str(tmp_path / 'out')!r})\n"
@@ -226,7 +226,7 @@ def test_same_run_names_in_two_sweeps_and_odd_characters(tmp_path):
 
 def test_the_table_draws_each_runs_loss_curve(sweep):
     """A falling loss is a falling line of bars; a flat or missing one says so."""
-    from slurmgen.report import sparkline
+    from slurmgen.observe.report import sparkline
 
     assert sparkline([4.0, 3.0, 2.0, 1.0]) == "\u2588\u2586\u2583\u2581"
     assert sparkline([2.0] * 50) == "\u2581" * 24

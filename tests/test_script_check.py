@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.user_script import read
+from slurmgen.site.user_script import read
 
 SEED = Path(__file__).parent / "data" / "seed000" / "train.py"
 
@@ -106,7 +106,7 @@ def test_an_unparsable_script_is_a_note_not_a_finding(tmp_path):
 
 def test_a_tool_this_python_cannot_run_names_the_train_extra():
     """A train/ tool that fails for a missing module is said as the [train] extra it needs."""
-    from slurmgen.train_tools import run_tool
+    from slurmgen.site.train_tools import run_tool
 
     run = run_tool("train.no_such_tool", [])
     assert run.missing and run.returncode == 1

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmgen.plan import materialize
-from slurmgen.render import render, shell_quote
-from slurmgen.spec import JobSpec
+from slurmgen.plan.layout import materialize
+from slurmgen.script.render import render, shell_quote
+from slurmgen.plan.spec import JobSpec
 
 EXAMPLES = int(os.environ.get("SLURMGEN_FUZZ_EXAMPLES", "2000"))
 LINT_BATCH = 250

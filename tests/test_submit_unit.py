@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurmgen import submission, task
-from slurmgen.spec import JobSpec, SpecError
+from slurmgen.submit import submission
+from slurmgen.submit import task
+from slurmgen.plan.spec import JobSpec
+from slurmgen.plan.words import SpecError
 from slurmgen.submit import submit_command
 from tests.test_cli_errors import CASES
 
@@ -444,7 +446,7 @@ def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
 def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path):
     """--max-failures: the job failed after a step of its own, so it is submitted again with the
     same spec, and the second crash on node3 adds node3 to --exclude (the partition still fits)."""
-    from slurmgen import retry
+    from slurmgen.job import retry
 
     failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "boom")
     crashed = lambda: StubSubmission(error=submission.JobFailed("77", "FAILED", failure),
@@ -558,8 +560,8 @@ def test_apptainer_runs_every_task_in_the_image(fake_srun, tmp_path, monkeypatch
 
 def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
     code = ("import sys\n"
-            "from slurmgen import submit, submission, task\n"
-            "from slurmgen.spec import JobSpec\n"
+            "from slurmgen.submit import command, submission, task\n"
+            "from slurmgen.plan.spec import JobSpec\n"
             "submission.make_task(JobSpec(gpus=(1, 1, 2, 2)))\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'trl', 'datasets'})\n"
             "print('heavy:', heavy, 'train' in sys.modules)\n")
@@ -569,7 +571,7 @@ def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
 
 
 def test_offline_prefetches_like_render(monkeypatch):
-    from slurmgen import prefetch
+    from slurmgen.site import prefetch
 
     fetched = []
     monkeypatch.setattr(prefetch, "prefetch", lambda spec, log: fetched.append(spec.train_args))
@@ -699,7 +701,7 @@ def test_a_train_py_in_the_working_directory_does_not_shadow_the_entry_points(tm
     (tmp_path / "mine.py").write_text("WHERE = 'the working directory'\n")
     code = ("import importlib.util, sys\n"
             "print(importlib.util.find_spec('train').origin)  # what a plain import would find\n"
-            "from slurmgen.task import import_entry_point\n"
+            "from slurmgen.submit.task import import_entry_point\n"
             "print(import_entry_point('train.ddp_loop').__file__)\n"
             "print('' in sys.path, import_entry_point('mine').WHERE)\n")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""What slurmgen.submitit_adapter relies on, checked against the installed submitit.
+"""What slurmgen.submit.submitit_adapter relies on, checked against the installed submitit.
 
 Each failure names the submitit API that changed, so an upgrade that breaks the adapter says
 where to look instead of failing somewhere inside a submission. No Slurm needed: srun and
@@ -16,15 +16,15 @@ from submitit.core import job_environment
 from submitit.core.utils import FailedJobError, JobPaths, cloudpickle_dump, pickle_load
 from submitit.local import local as local_module
 
-from slurmgen import submitit_adapter as adapter
-from slurmgen.spec import JobSpec
-from slurmgen.submission import NO_LIMIT_MINUTES, slurm_parameters
+from slurmgen.submit import submitit_adapter as adapter
+from slurmgen.plan.spec import JobSpec
+from slurmgen.submit.submission import NO_LIMIT_MINUTES, slurm_parameters
 
 UNEVEN = JobSpec(gpus=(1, 1, 2, 2))
 
 
 def changed(what: str, detail: str) -> str:
-    return (f"submitit {submitit.__version__} changed {what} (slurmgen.submitit_adapter was written "
+    return (f"submitit {submitit.__version__} changed {what} (slurmgen.submit.submitit_adapter was written "
             f"against {adapter.WRITTEN_AGAINST}): {detail}")
 
 

@@ -2,9 +2,9 @@
 import pytest
 from click.testing import CliRunner
 
-from slurmgen import sweep
+from slurmgen.plan import sweep
 from slurmgen.cli import cli
-from slurmgen.spec import SpecError
+from slurmgen.plan.words import SpecError
 
 TRAIN = ("--output_dir", "out", "--learning_rate", "1e-4", "--max_steps", "5")
 
@@ -103,16 +103,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
 
 
 def test_submit_path_refuses_prep_for_now():
-    from slurmgen import submission
-    from slurmgen.spec import JobSpec
+    from slurmgen.submit import submission
+    from slurmgen.plan.spec import JobSpec
     with pytest.raises(SpecError, match=r"^--prep: not on python -m slurmgen.submit yet; use slurmgen render$"):
         submission.check_submittable(JobSpec(gpus=(1,), prep=True, train_args=("--output_dir", "o")))
 
 
 def test_submit_path_passes_the_dependency_to_sbatch():
     """A sweep's chain and --after reach submitit's sbatch parameters as one --dependency."""
-    from slurmgen import submission
-    from slurmgen.spec import JobSpec
+    from slurmgen.submit import submission
+    from slurmgen.plan.spec import JobSpec
     params = submission.slurm_parameters(JobSpec(gpus=(1,), after=(("7", "afterok"),)), None, "afterany:12_0")
     assert params["additional_parameters"]["dependency"] == "afterany:12_0,afterok:7"
     assert "dependency" not in submission.slurm_parameters(JobSpec(gpus=(1,)))["additional_parameters"]

@@ -76,7 +76,7 @@ V100, A100 = ("Tesla V100-SXM2-32GB", "32768", "7.0"), ("NVIDIA A100-SXM4-80GB",
 
 
 def test_preflight_chooses_the_precision_every_gpu_supports(tmp_path):
-    from slurmgen.preflight import precision
+    from slurmgen.job.preflight import precision
 
     assert precision([_report("node1", A100), _report("node2", A100, A100)]) == ("bf16", "")
     assert precision([_report("node1", V100), _report("node2", V100)]) == ("fp16", "")

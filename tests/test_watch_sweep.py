@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from slurmgen import watch as w
+from slurmgen.observe import watch as w
 from slurmgen.cli import cli
 
 # Slurm 25.11's `scontrol show job -o 1201` for `#SBATCH --array=0-3%2`: tasks 0 and 1 run (jobs 1202,

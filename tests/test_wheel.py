@@ -40,7 +40,7 @@ def test_wheel_installs_and_finds_templates(tmp_path):
     assert "world size 6" in result.stdout
     assert (work / "generated.sh").read_text().count("srun --het-group=") == 4
     where = subprocess.run([fresh / "bin" / "python", "-c",
-                            "import slurmgen.render as r; print(r.template_dir())"],
+                            "import slurmgen.script.render as r; print(r.template_dir())"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(fresh)), where
 

@@ -150,7 +150,7 @@ def run_slurm_tasks(module: str, args: list[str], components: list[list[int]], e
                     SLURM_STEP_NUM_TASKS=str(ntasks),
                     SLURM_STEP_TASKS_PER_NODE=",".join(str(n) for n in comp),
                     SLURM_STEP_NODELIST=lists[index], SLURM_JOB_NODELIST=lists[index],
-                    MASTER_PORT=str(port),  # exported by the batch script (slurmgen.spec.job_port)
+                    MASTER_PORT=str(port),  # exported by the batch script (slurmgen.plan.spec.job_port)
                 )
                 if het:
                     task_env.update(

@@ -190,7 +190,7 @@ def _in_slurm_step(env: Mapping[str, str]) -> bool:
 
 
 def _master_port(env: Mapping[str, str], world: int) -> int:
-    # slurmgen's scripts and submit path derive the port from the job id (slurmgen.spec, the one
+    # slurmgen's scripts and submit path derive the port from the job id (slurmgen.plan.spec, the one
     # place that formula lives) and export it; tasks never guess one of their own.
     if world > 1 and not env.get("MASTER_PORT"):
         raise DistEnvError("MASTER_PORT is not set: slurmgen's scripts export it; "

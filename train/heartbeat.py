@@ -1,4 +1,4 @@
-"""What every rank shows slurmgen's hang watch (slurmgen.hangs), under SLURMGEN_HEARTBEAT_DIR.
+"""What every rank shows slurmgen's hang watch (slurmgen.job.hangs), under SLURMGEN_HEARTBEAT_DIR.
 
   * beat(step): "RANK STEP TIME NODE PID" in rank-RANK (NODE: Slurm's node name), once training begins (after loading)
     and at every optimizer step, so the watch sees which rank stopped advancing and where;

@@ -9,7 +9,7 @@ ModelConfig, `--config recipe.yaml` too) without building the configs, whose che
 machine's GPU (this runs on a login node); arguments it does not know are left alone (a user's
 own script has its own).
 
-Prints one JSON object: the parameter counts slurmgen.fit does its arithmetic on, and the
+Prints one JSON object: the parameter counts slurmgen.site.fit does its arithmetic on, and the
 settings of the training arguments that change it.
 """
 
@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from train import cli
 
-# Keep in step with slurmgen.fit.SETTINGS: the arguments that change the arithmetic.
+# Keep in step with slurmgen.site.fit.SETTINGS: the arguments that change the arithmetic.
 SETTINGS = ("model_name_or_path", "dtype", "bf16", "fp16", "max_length", "per_device_train_batch_size",
             "gradient_checkpointing", "use_peft", "lora_r", "lora_target_modules", "load_in_4bit",
             "load_in_8bit", "use_bnb_nested_quant", "bnb_4bit_quant_storage", "fsdp", "fsdp_config", "optim")

@@ -7,7 +7,7 @@ Out: report_outcome, rank 0's "stopped STEP" or "finished STEP" in SLURMGEN_OUTC
 which the batch script decides whether to requeue. Also the SLURMGEN_TEST_STEP_SLEEP test hook,
 which slows a job's first run at every step boundary.
 
-slurmgen.task uses the same STOP_FILE_ENV name on the submit side.
+slurmgen.submit.task uses the same STOP_FILE_ENV name on the submit side.
 """
 
 from __future__ import annotations

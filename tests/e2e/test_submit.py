@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen import submission
+from slurmgen.submit import submission
 from slurmgen.submit import spec_from_args
 from tests import slurm_helpers
 from tests.e2e.conftest import OFFLINE, REPO, sft_args

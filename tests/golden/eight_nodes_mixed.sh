@@ -97,7 +97,7 @@ RESTARTS=$(cat "$RESTARTS_FILE" 2>/dev/null || echo 0)
 echo "slurmgen: job $SLURM_JOB_ID (restart $RESTARTS of at most 3) on $(hostname): world size 43, master $MASTER_ADDR:$MASTER_PORT"
 # Failures are counted apart; ranks beat here per step.
 FAILURES_FILE="$LOGS/.failures-$SLURM_JOB_ID"
-python3 -m slurmgen.retry begin "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1
+python3 -m slurmgen.job.retry begin "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1
 (( $? != 3 )) || exit 1  # 3: too many failures
 export SLURMGEN_HEARTBEAT_DIR="$LOGS/.heartbeat-$SLURM_JOB_ID"
 rm -rf "$SLURMGEN_HEARTBEAT_DIR"
@@ -141,7 +141,7 @@ srun --het-group=4 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 \
 srun --het-group=5 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 \
     python3 -c "$PREFLIGHT_REPORT" module train.sft '' 1 >> "$PREFLIGHT_LOG" &
 until wait; do :; done  # a warning (USR2) interrupts wait
-python3 -m slurmgen.preflight "$PREFLIGHT_LOG" 8 "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1
+python3 -m slurmgen.job.preflight "$PREFLIGHT_LOG" 8 "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: requeued without the odd node
 # bf16 or fp16: what every GPU of the job supports (none seen: empty); every rank trains in it.
 export SLURMGEN_PRECISION; SLURMGEN_PRECISION=$(sed -n 's/^SLURMGEN_PRECISION=//p' "$PREFLIGHT_LOG")
@@ -186,7 +186,7 @@ requeue_or_finish() {  # exit status
     kill ${HANG_WATCH:+"$HANG_WATCH"} 2>/dev/null
     if (( ! STOP_REQUESTED )); then  # a failure: a retry, or the end
         trap '' USR2 TERM  # a requeue's TERM is no warning
-        (( $1 )) && python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1 "$WHY" "$SUSPECT" && exit 0
+        (( $1 )) && python3 -m slurmgen.job.retry failed "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1 "$WHY" "$SUSPECT" && exit 0
         exit "$1"
     fi
     read -r how step 2>/dev/null < "$SLURMGEN_OUTCOME_FILE"
@@ -198,8 +198,8 @@ requeue_or_finish() {  # exit status
         # Slurm requeues it at the end of its GraceTime.
         echo "slurmgen: ${step:+checkpoint saved at step $step; }job $SLURM_JOB_ID preempted: Slurm requeues it"
         exec sleep 3600
-    elif python3 -m slurmgen.retry gone; then  # a node was lost
-        python3 -m slurmgen.retry failed "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1 node; exit
+    elif python3 -m slurmgen.job.retry gone; then  # a node was lost
+        python3 -m slurmgen.job.retry failed "$FAILURES_FILE" 2 8:2,8:2,4:1,4:1,2:1,1:1 node; exit
     elif (( RESTARTS < MAX_RESTARTS )); then
         echo "slurmgen: ${step:+checkpoint saved at step $step; }requeueing job $SLURM_JOB_ID (restart $(( RESTARTS + 1 )) of at most $MAX_RESTARTS)"
         scontrol requeue "$SLURM_JOB_ID" && { echo $(( RESTARTS + 1 )) > "$RESTARTS_FILE"; rm -f "$FAILURES_FILE.running"; exit 0; }
@@ -311,6 +311,6 @@ SLURMGEN_NODE_OFFSET=7 start_component 'component 5 (1 node(s) x 1 l40s GPU)' "$
     "${TARGET[@]}"
 
 # A rank idle 300 s: all stacks to $LOGS/hang-report-JOB.txt, then a retry.
-python3 -m slurmgen.hangs 300 43 0:2,1:2,2:1,3:1,4:1,5:1 &
+python3 -m slurmgen.job.hangs 300 43 0:2,1:2,2:1,3:1,4:1,5:1 &
 HANG_WATCH=$!
 watch_components

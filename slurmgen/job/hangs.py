@@ -1,4 +1,4 @@
-"""The hang watch: `python -m slurmgen.hangs`, started by the batch script beside the training steps.
+"""The hang watch: `python -m slurmgen.job.hangs`, started by the batch script beside the training steps.
 
 Every rank writes its heartbeat (train.heartbeat: rank, step, time, host, pid) at each step, and
 during a checkpoint save the save's allowance (train.saves). When a rank has not advanced for the
@@ -7,7 +7,7 @@ without stopping the job (one `srun --overlap` per component: the faulthandler s
 where the site has it), groups the ranks by where they are, names the odd ones out, appends the
 report to hang-report-JOBID.txt beside the job log, prints its summary to the log, and writes
 the suspect node (or nothing) to the hang file. The batch script's monitor sees that file, stops
-the job and retries it (slurmgen.retry). Standard library and python-hostlist only.
+the job and retries it (slurmgen.job.retry). Standard library and python-hostlist only.
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ def main(argv: list[str]) -> int:
     it (the log directory) as hang-report-$SLURM_JOB_ID.txt."""
     folder = os.environ.get("SLURMGEN_HEARTBEAT_DIR")
     if len(argv) != 3 or not folder:
-        print("usage: SLURMGEN_HEARTBEAT_DIR=DIR python -m slurmgen.hangs TIMEOUT WORLD GROUPS", file=sys.stderr)
+        print("usage: SLURMGEN_HEARTBEAT_DIR=DIR python -m slurmgen.job.hangs TIMEOUT WORLD GROUPS", file=sys.stderr)
         return 2
     timeout, world, groups = argv
     report = Path(folder).parent / f"hang-report-{os.environ.get('SLURM_JOB_ID', '0')}.txt"

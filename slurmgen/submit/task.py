@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
-from slurmgen.spec import SHIPPED_MODULES, iface_prefixes, job_port, matching_iface, train_arg
-from slurmgen.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
+from slurmgen.plan.launch import iface_prefixes, job_port, matching_iface
+from slurmgen.plan.spec import SHIPPED_MODULES
+from slurmgen.plan.words import train_arg
+from slurmgen.submit.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
                                        preempt_signal)
 
 # Rank variables a task may inherit from the submitting shell (say, a torchrun worker or an

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from slurmgen.spec import JobSpec, scale_mem, train_arg
+from slurmgen.plan.spec import JobSpec
+from slurmgen.plan.words import scale_mem, train_arg
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ class Component:
 class Plan:
     spec: JobSpec
     components: tuple[Component, ...]
-    runs: tuple = ()  # a sweep's runs (slurmgen.sweep.Run); empty for a single job
+    runs: tuple = ()  # a sweep's runs (slurmgen.plan.sweep.Run); empty for a single job
 
     @property
     def array(self) -> str:
         """sbatch --array for a sweep on a uniform layout ("" otherwise: one job per run)."""
         if not self.runs or self.heterogeneous:
             return ""
-        from slurmgen.sweep import array_spec
+        from slurmgen.plan.sweep import array_spec
         return array_spec(len(self.runs), self.spec.max_parallel)
 
     @property
@@ -113,7 +114,7 @@ def materialize(spec: JobSpec) -> Plan:
         rank_offset += len(positions) * count
     runs = ()
     if spec.sweep:
-        from slurmgen.sweep import expand
+        from slurmgen.plan.sweep import expand
         runs = tuple(expand(spec.sweep, spec.sweep_mode, spec.train_args))
     return Plan(spec=spec, components=tuple(components), runs=runs)
 

@@ -21,7 +21,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from slurmgen.spec import SpecError
+from slurmgen.plan.words import SpecError
 
 FILE_NAME = "slurmgen.toml"
 

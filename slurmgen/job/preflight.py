@@ -1,4 +1,4 @@
-"""Preflight's verdict, run by the batch script (python -m slurmgen.preflight LOG NODES): compare
+"""Preflight's verdict, run by the batch script (python -m slurmgen.job.preflight LOG NODES): compare
 the reports every node wrote (SLURMGEN_PREFLIGHT lines, from the script's PREFLIGHT_REPORT) and
 stop the job before training when a node differs from the others or lacks what the job needs."""
 
@@ -56,7 +56,7 @@ def precision(reports: list[dict]) -> tuple[str, str]:
 
 def main(argv: list[str]) -> int:
     """LOG NODES [FAILURES_FILE MAX_FAILURES LAYOUT]: with the last three, a difference found on
-    one node only counts as a failure there (slurmgen.retry): the job is requeued without it."""
+    one node only counts as a failure there (slurmgen.job.retry): the job is requeued without it."""
     log, nodes, *retry_args = argv
     with open(log) as fh:
         reports = [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         hosts = {host for host, *_ in found}
         sys.stdout.flush()
         if retry_args and len(hosts) == 1 and "(job)" not in hosts:
-            from slurmgen import retry
+            from slurmgen.job import retry
 
             path, most, layout = retry_args
             if retry.failed(retry.Path(path), int(most), layout, "preflight", hosts.pop()) == 0:

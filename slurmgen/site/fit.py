@@ -29,6 +29,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from slurmgen.plan.words import SpecError, parse_sizes
+
 GIB = 1024 ** 3
 SHARD_BYTES = 5 * GIB  # the largest checkpoint shard a rank holds while loading 4-bit
 CONTEXT_BYTES = 1 * GIB
@@ -37,7 +39,7 @@ _DTYPE_BYTES = {"float32": 4, None: 4, "bfloat16": 2, "float16": 2, "auto": 2}
 FSDP_OFFLOAD_CONFIG = '{"cpu_offload": true}'
 
 
-class FitError(ValueError):
+class FitError(SpecError):
     """Bad input to fit: one line, exit status 2."""
 
 
@@ -348,26 +350,6 @@ def as_json(fit: Fit) -> str:
     }, indent=1)
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.I)
-_SCALE = {"": 1 / 1024, "K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1, "T": 1024}  # bare number: MB, as Slurm
-
-
-def parse_sizes(option: str, text: str, nodes: int, unit_default: str = "G") -> tuple[float, ...]:
-    """'80G' or '24G,24G,80G,80G' -> GiB per node."""
-    parts = [p.strip() for p in str(text).split(",")]
-    values = []
-    for part in parts:
-        m = _SIZE.fullmatch(part)
-        if not m or float(m.group(1)) <= 0:
-            raise FitError(f"{option} {text!r}: {part!r} is not a size like 80G (one for every node, or one per node)")
-        values.append(float(m.group(1)) * _SCALE[(m.group(2) or unit_default).upper()])
-    if len(values) == 1:
-        values *= nodes
-    if len(values) != nodes:
-        raise FitError(f"{option} {text!r}: {len(values)} sizes for {nodes} nodes; give one, or one per node")
-    return tuple(values)
-
-
 @dataclass(frozen=True)
 class Counted:
     name: str
@@ -378,7 +360,7 @@ class Counted:
 def count(spec) -> Counted:
     """Run train.sizing with the job's training arguments (the model built on the meta device,
     in a Python that has torch: slurmgen itself never imports it)."""
-    from slurmgen.train_tools import run_tool
+    from slurmgen.site.train_tools import run_tool
 
     run = run_tool("train.sizing", ["--", *spec.train_args])
     if run.missing:
@@ -391,7 +373,7 @@ def count(spec) -> Counted:
 
 def host_memory(spec) -> Optional[tuple[float, ...]]:
     """GiB of memory per node the job asks for (--mem, --mem-per-gpu); None when not given."""
-    from slurmgen.check import memory_mb
+    from slurmgen.site.check import memory_mb
 
     if spec.mem_per_gpu and memory_mb(spec.mem_per_gpu):
         return tuple(memory_mb(spec.mem_per_gpu) * n / 1024 for n in spec.gpus)

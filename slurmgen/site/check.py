@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from slurmgen import slurm_release
-from slurmgen.cluster import ClusterInfo, Node
-from slurmgen.plan import Plan
+from slurmgen.site import slurm_release
+from slurmgen.site.cluster import ClusterInfo, Node
+from slurmgen.plan.layout import Plan
 
 
 @dataclass

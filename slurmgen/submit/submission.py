@@ -1,7 +1,7 @@
 """Submit a JobSpec through submitit and follow it: the Python API behind `python -m slurmgen.submit`.
 
-    from slurmgen.spec import JobSpec
-    from slurmgen.submission import submit_job
+    from slurmgen.plan.spec import JobSpec
+    from slurmgen.submit.submission import submit_job
 
     spec = JobSpec(gpus=(1, 1, 2, 2), module="train.sft",
                    train_args=("--model_name_or_path", "lm", "--output_dir", "runs/sft")).validate()
@@ -11,7 +11,7 @@
     job = attach(job.job_id, job.folder)   # later, from another process: the same handle
 
 One Slurm task per GPU (`--nodes N --ntasks sum(gpus) --gpus-per-task 1`), each running
-slurmgen.task.TrainTask. State comes from `scontrol` (submitit asks `sacct`, which needs
+slurmgen.submit.task.TrainTask. State comes from `scontrol` (submitit asks `sacct`, which needs
 accounting); results from submitit's per-task result pickles. No torch here.
 """
 
@@ -32,10 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
-from slurmgen import submitit_adapter, sweep, watch
-from slurmgen.passthrough import split_sbatch
-from slurmgen.spec import DEFAULT_LOG_NAME, JobSpec, SpecError, container_args, container_exec, rank_exports
-from slurmgen.task import START_MARK, TrainTask, output_dir_arg
+from slurmgen.submit import submitit_adapter
+from slurmgen.plan import sweep
+from slurmgen.observe import watch
+from slurmgen.site import jobs
+from slurmgen.plan.passthrough import split_sbatch
+from slurmgen.plan.launch import container_args, container_exec, rank_exports
+from slurmgen.plan.spec import DEFAULT_LOG_NAME, JobSpec
+from slurmgen.plan.words import SpecError
+from slurmgen.submit.task import START_MARK, TrainTask, output_dir_arg
 
 # submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
 # long "limit" keeps submitit from counting a preemption as a time-out.
@@ -414,15 +419,15 @@ class Submission:
         return self._scheduler_state()[0]
 
     def done(self) -> bool:
-        return self.state() in watch.TERMINAL
+        return self.state() in jobs.TERMINAL
 
     def _scheduler_state(self) -> tuple[str, str, str]:
         if self.local:
             return self._local_state(), "0", ""
-        records = watch.job_records(self.job_id)
+        records = jobs.job_records(self.job_id)
         if not records:  # scontrol has forgotten it (MinJobAge): judge from the results
             return self._state_from_results("UNKNOWN"), "0", ""
-        state = watch.overall_state(records)
+        state = jobs.overall_state(records)
         reason = records[0].get("Reason", "") if state == "PENDING" else ""
         return state, records[0].get("Restarts", "0"), "" if reason == "None" else reason
 
@@ -468,7 +473,7 @@ class Submission:
                 previous = status
             if poll is not None and status.state == "RUNNING":
                 poll(status)
-            if status.state in watch.TERMINAL:
+            if status.state in jobs.TERMINAL:
                 return status.state
             if deadline is not None and time.monotonic() > deadline:
                 return "WAIT_TIMEOUT"
@@ -493,8 +498,8 @@ class Submission:
 
     def crashed_host(self) -> Optional[str]:
         """The node where the failure began as srun saw it (a task that died on its own rather
-        than from the broken collective: slurmgen.retry.crashed_node); None if it cannot be told."""
-        from slurmgen.retry import crashed_node
+        than from the broken collective: slurmgen.job.retry.crashed_node); None if it cannot be told."""
+        from slurmgen.job.retry import crashed_node
 
         return None if self.local else crashed_node(tail(self._paths(0).stderr, 400)) or None
 
@@ -533,8 +538,8 @@ class Submission:
         requeue it any more) or after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            states = {r.get("JobState") for r in watch.job_records(self.job_id)}
-            if states <= watch.TERMINAL:  # COMPLETING is not: steps are still ending
+            states = {r.get("JobState") for r in jobs.job_records(self.job_id)}
+            if states <= jobs.TERMINAL:  # COMPLETING is not: steps are still ending
                 return
             if states & {"PENDING", "REQUEUED", "RUNNING", "CONFIGURING", "SUSPENDED"}:
                 self.cancel()
@@ -542,7 +547,7 @@ class Submission:
 
 
 class HangWatch:
-    """The hang watch of a submitted job, run by the process that follows it (slurmgen.hangs):
+    """The hang watch of a submitted job, run by the process that follows it (slurmgen.job.hangs):
     the ranks beat into the submitit folder; when one has not advanced for the timeout, the
     stacks are taken through `srun --overlap --jobid`, the report goes to
     FOLDER/hang-report-JOBID.txt, and the job is cancelled, to be retried as a failure."""
@@ -556,8 +561,8 @@ class HangWatch:
         self.next_look = 0.0
 
     def __call__(self, status: Status) -> None:
-        from slurmgen import hangs
-        from slurmgen.task import cancelled_file, heartbeat_dir
+        from slurmgen.job import hangs
+        from slurmgen.submit.task import cancelled_file, heartbeat_dir
 
         if self.hung:
             return

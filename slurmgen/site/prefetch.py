@@ -7,7 +7,8 @@ import os
 import re
 from typing import Optional
 
-from slurmgen.spec import JobSpec, train_arg
+from slurmgen.plan.spec import JobSpec
+from slurmgen.plan.words import train_arg
 
 # Training arguments that name hub repositories, with the repository type they name.
 HUB_ARGUMENTS = {"--model_name_or_path": "model", "--dataset_name": "dataset"}

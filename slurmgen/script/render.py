@@ -11,11 +11,12 @@ from pathlib import Path
 import jinja2
 
 from slurmgen import __version__
-from slurmgen.plan import Plan, model_path
-from slurmgen.passthrough import sbatch_lines
-from slurmgen.sweep import dependency, waits_for
-from slurmgen.spec import (DEFAULT_LOG_NAME, container_args, container_dirs, container_exec, count_runs,
-                           gloo_socket_ifname, iface_prefixes, job_port_shell, rank_exports)
+from slurmgen.plan.layout import Plan, model_path
+from slurmgen.plan.passthrough import sbatch_lines
+from slurmgen.plan.sweep import dependency, waits_for
+from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes, job_port_shell, rank_exports)
+from slurmgen.plan.spec import DEFAULT_LOG_NAME
+from slurmgen.plan.words import count_runs
 
 
 def template_dir() -> Path:
@@ -24,7 +25,7 @@ def template_dir() -> Path:
     for location in (spec.submodule_search_locations or []) if spec else []:
         if (Path(location) / "job.sh.j2").is_file():
             return Path(location)
-    return Path(__file__).resolve().parent.parent / "templates"
+    return Path(__file__).resolve().parents[2] / "templates"
 
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+:./-")
@@ -218,7 +219,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # A script that does not take the stop file (no Trainer) keeps training this long after
         # a warning, then gets SIGTERM
         "stop_grace": min(30, stop_wait),
-        # GPUS:NODES per component (slurmgen.retry), GROUP:NODES per srun (slurmgen.hangs)
+        # GPUS:NODES per component (slurmgen.job.retry), GROUP:NODES per srun (slurmgen.job.hangs)
         "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
         "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),
         "dependency": dependency(spec.after),

@@ -1,6 +1,6 @@
-"""Failures and bad nodes: `python -m slurmgen.retry`, called by the batch script.
+"""Failures and bad nodes: `python -m slurmgen.job.retry`, called by the batch script.
 
-A failure is a hang (slurmgen.hangs), a crashed rank, or a run that ended without the script
+A failure is a hang (slurmgen.job.hangs), a crashed rank, or a run that ended without the script
 (Slurm killed it: a node went down). Failures are counted per job in a small JSON file beside the
 log, apart from time-limit restarts and preemptions, up to --max-failures. A failure that points at
 one node gets that node excluded from the requeued job (ExcNodeList): at once for a node Slurm
@@ -8,9 +8,9 @@ marks down or drained and for a node whose software differs (preflight), after t
 there for a hung or crashed rank (once may be the code, twice on one node is the node). When the layout can no longer be met without the excluded
 nodes, the job says so and ends instead of pending for ever.
 
-    python -m slurmgen.retry begin STATE_FILE MAX_FAILURES LAYOUT
+    python -m slurmgen.job.retry begin STATE_FILE MAX_FAILURES LAYOUT
         at the start of every run: a previous run that never ended is a failure
-    python -m slurmgen.retry failed STATE_FILE MAX_FAILURES LAYOUT WHY [NODE]
+    python -m slurmgen.job.retry failed STATE_FILE MAX_FAILURES LAYOUT WHY [NODE]
         after the monitor stopped a failed run: count it, exclude, requeue (exit 0) or not (1)
 
 LAYOUT is GPUS:NODES per component, e.g. 1:2,2:2 for 1,1,2,2.
@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from slurmgen import cluster
+from slurmgen.site import cluster
 
 # Where Slurm puts a node that it will not give a job (scontrol's State= words).
 _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
@@ -79,7 +79,7 @@ def _scontrol(*args: str) -> subprocess.CompletedProcess:
 def _job_fields(job: str) -> dict:
     """The leader's fields of `scontrol show job -o`; NodeList joins every het component's, and
     ReqNodeList every component's pins."""
-    from slurmgen.watch import job_records
+    from slurmgen.site.jobs import job_records
 
     records = job_records(job)
     if not records:
@@ -267,7 +267,7 @@ def unpin(job: str, excluded: list[str]) -> None:
     (ReqNodeList), which Slurm would otherwise refuse to combine with the exclusion, or never meet;
     Slurm then picks another node for that place. (fits_without has checked that one exists.)"""
     import hostlist
-    from slurmgen.watch import job_records
+    from slurmgen.site.jobs import job_records
 
     for record in job_records(job):
         pins = _expand(record.get("ReqNodeList", ""))

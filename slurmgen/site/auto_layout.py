@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from slurmgen.cluster import ClusterError, gpu_count
+from slurmgen.site.cluster import ClusterError, gpu_count
 
 _UNUSABLE = ("DOWN", "DRAIN", "FAIL", "INVAL", "MAINT", "FUTURE", "POWER", "NOT_RESPONDING", "UNKNOWN", "RESERVED")
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import TYPE_CHECKING
 
-from slurmgen import slurm_release
-from slurmgen.sbatch_options import ANY_RELEASE, BY_RELEASE
-from slurmgen.spec import JobSpec, SpecError, printable_line
+from slurmgen.site import slurm_release
+from slurmgen.plan.sbatch_options import ANY_RELEASE, BY_RELEASE
+from slurmgen.plan.words import SpecError, printable_line
+
+if TYPE_CHECKING:  # the spec calls validate() while it validates itself
+    from slurmgen.plan.spec import JobSpec
 
 _LAYOUT = "--nodes and --gpus"
 # sbatch options slurmgen writes, and what to use instead.

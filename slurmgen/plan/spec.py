@@ -6,12 +6,13 @@ raises SpecError with one line that names the value and what is allowed.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Optional
+
+from slurmgen.plan import passthrough, sweep
+from slurmgen.plan.words import SpecError, parse_sizes, parse_time, printable_line, train_arg
 
 LAUNCHERS = ("torchrun", "srun", "accelerate")
 # --container RUNTIME:IMAGE; pyxis is what --container-image has always meant.
@@ -21,12 +22,11 @@ DEFAULT_MODULE = "train.sft"
 # The entry points slurmgen ships (the `train` package). A `train.py` in the job's working
 # directory (the seed's own file name) would shadow them, since `python -m` puts that directory
 # first on sys.path: their jobs export PYTHONSAFEPATH=1 (Python 3.11+; on older Pythons preflight
-# reports the target missing), and the submit path imports them without it (slurmgen.task). A
+# reports the target missing), and the submit path imports them without it (slurmgen.submit.task). A
 # user's own --module and --script keep Python's rule.
 SHIPPED_MODULES = ("train.sft", "train.classify", "train.ddp_loop")
 DEFAULT_PORT_RANGE = (20000, 29999)
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 _MEM = re.compile(r"[0-9]+[KMGT]?\Z")
@@ -41,132 +41,6 @@ _MAIL_USER = re.compile(r"[A-Za-z0-9_.+\-]+(@[A-Za-z0-9_.\-]+)?\Z")
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
 _IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.,:\-]+\Z")
-# Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-_TIME_FORMS = (
-    (re.compile(r"(\d+)\Z"), ("m",)),
-    (re.compile(r"(\d+):(\d{1,2})\Z"), ("m", "s")),
-    (re.compile(r"(\d+):(\d{1,2}):(\d{1,2})\Z"), ("h", "m", "s")),
-    (re.compile(r"(\d+)-(\d+)\Z"), ("d", "h")),
-    (re.compile(r"(\d+)-(\d+):(\d{1,2})\Z"), ("d", "h", "m")),
-    (re.compile(r"(\d+)-(\d+):(\d{1,2}):(\d{1,2})\Z"), ("d", "h", "m", "s")),
-)
-_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def printable_line(text: str) -> bool:
-    """Non-empty, no control characters or line breaks (any script, any symbol, any space)."""
-    return bool(text) and not any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029\x85"
-                                  for c in text)
-
-
-class SpecError(ValueError):
-    """A user value is not acceptable; the message is the one line shown to the user."""
-
-
-def _expand_counts(text: str) -> tuple[list[str], list[int]]:
-    """'8x2,4' -> (['8x2', '4'], [8, 8, 4]); SpecError names the part that is not a count."""
-    counts: list[int] = []
-    parts = [p.strip() for p in str(text).split(",")]
-    for part in parts:
-        count, sep, repeat = part.partition("x")
-        if not count.isdigit() or int(count) < 1:
-            raise SpecError(f"--gpus {text!r}: {part!r} is not a positive integer GPU count")
-        if sep and (not repeat.isdigit() or int(repeat) < 1):
-            raise SpecError(f"--gpus {text!r}: {part!r} should be COUNTxNODES, e.g. 8x4")
-        counts += [int(count)] * (int(repeat) if sep else 1)
-    return parts, counts
-
-
-def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
-    """'1,1,2,2' -> (1, 1, 2, 2); '8x512,4x512' repeats a count; a single count applies to every node."""
-    if nodes < 1:
-        raise SpecError(f"--nodes {nodes}: must be a positive integer")
-    parts, counts = _expand_counts(text)
-    if len(parts) == 1 and "x" not in parts[0]:
-        return tuple(counts * nodes)
-    if len(counts) != nodes:
-        raise SpecError(
-            f"--gpus {text!r}: {len(counts)} counts given for --nodes {nodes};"
-            f" give one count per node or a single count for all"
-        )
-    return tuple(counts)
-
-
-def count_runs(counts) -> list[tuple[int, int]]:
-    """(1, 1, 2, 2) -> [(1, 2), (2, 2)]: each count with the number of nodes in its run."""
-    return [(count, len(list(run))) for count, run in itertools.groupby(counts)]
-
-
-def compact_gpus(text: str) -> str:
-    """--gpus as written -> the same layout with runs of three or more as COUNTxNODES, so that
-    1,024 counts written out record as '8x512,4x512'; text that is not a layout is kept."""
-    try:
-        _, counts = _expand_counts(text)
-    except SpecError:
-        return text
-    words = [f"{c}x{n}" if n >= 3 else ",".join([str(c)] * n) for c, n in count_runs(counts)]
-    compact = ",".join(words)
-    return compact if len(compact) < len(text) else text
-
-
-def parse_time(text: str) -> Optional[int]:
-    """Slurm --time to seconds; None for UNLIMITED/INFINITE."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    for pattern, units in _TIME_FORMS:
-        match = pattern.match(text)
-        if match:
-            return sum(int(v) * _UNIT_SECONDS[u] for v, u in zip(match.groups(), units))
-    raise SpecError(
-        f"--time {text!r}: not a Slurm time; use MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-    )
-
-
-def parse_env(items) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in items:
-        if "=" not in item:
-            raise SpecError(f"--env {item!r}: expected KEY=VALUE")
-        key, value = item.split("=", 1)
-        if not _ENV_NAME.match(key):
-            raise SpecError(
-                f"--env {item!r}: {key!r} is not a valid variable name"
-                " (letters, digits and _, not starting with a digit)"
-            )
-        pairs.append((key, value))
-    return tuple(pairs)
-
-
-def scale_mem(size: str, factor: int) -> str:
-    """'16G' x 2 -> '32G': memory for a node of `factor` GPUs, in the unit it was given in."""
-    if size[-1].isalpha():
-        return f"{int(size[:-1]) * factor}{size[-1]}"
-    return str(int(size) * factor)
-
-
-def parse_port_range(text: str) -> tuple[int, int]:
-    match = re.match(r"(\d+)-(\d+)\Z", str(text))
-    if not match:
-        raise SpecError(f"--port-range {text!r}: expected LOW-HIGH, e.g. 20000-29999")
-    low, high = int(match.group(1)), int(match.group(2))
-    if not 1024 <= low <= high <= 65535:
-        raise SpecError(f"--port-range {text!r}: need 1024 <= LOW <= HIGH <= 65535")
-    return low, high
-
-
-# The master port of a job: LOW + job id % span, the same for every task of the job and
-# different for neighbouring jobs. Rendered scripts evaluate it in the batch shell, the submit
-# path in each task; both come from here (the training side only reads MASTER_PORT).
-def job_port(job_id: str, port_range: tuple[int, int]) -> int:
-    low, high = port_range
-    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
-    return low + int(digits) % (high - low + 1)
-
-
-def job_port_shell(port_range: tuple[int, int]) -> str:
-    """job_port as shell arithmetic on $SLURM_JOB_ID."""
-    low, high = port_range
-    return f"{low} + SLURM_JOB_ID % {high - low + 1}"
 
 
 def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
@@ -200,7 +74,7 @@ class JobSpec:
     cpus_per_gpu: int = 4
     mem: Optional[str] = None
     constraint: Optional[str] = None
-    gpu_mem: Optional[str] = None          # for slurmgen fit and --check: slurmgen.fit.parse_sizes
+    gpu_mem: Optional[str] = None          # for slurmgen fit and --check: words.parse_sizes
     nodelist: tuple[str, ...] = ()
     exclude: Optional[str] = None
     log_dir: str = "logs"
@@ -249,7 +123,7 @@ class JobSpec:
     master_addr_ip: bool = False
     slurm_version: Optional[str] = None    # X.Y; None: the installed sbatch's
     layout_origin: str = ""                # --gpus auto: how the layout was chosen (header)
-    sweep: tuple = ()                      # ((KEY, (V1, V2, ...)), ...): slurmgen.sweep
+    sweep: tuple = ()                      # ((KEY, (V1, V2, ...)), ...): slurmgen.plan.sweep
     sweep_mode: str = "product"
     max_parallel: Optional[int] = None     # runs of a sweep at once
     after: tuple = ()                      # ((JOB, afterok|afterany), ...)
@@ -289,12 +163,7 @@ class JobSpec:
             _check_word(option, value)
         _check_word("--constraint", self.constraint, _CONSTRAINT)
         if self.gpu_mem is not None:
-            from slurmgen.fit import FitError, parse_sizes
-
-            try:
-                parse_sizes("--gpu-mem", self.gpu_mem, len(self.gpus))
-            except FitError as err:
-                raise SpecError(str(err)) from None
+            parse_sizes("--gpu-mem", self.gpu_mem, len(self.gpus))
         if self.gpu_type and (len(self.gpu_type) not in (1, self.nodes)
                               or not all(_GRES_TYPE.match(t) for t in self.gpu_type)):
             raise SpecError(f"--gpu-type {','.join(self.gpu_type)!r}: give one GPU type (letters, digits, _ . -)"
@@ -337,8 +206,7 @@ class JobSpec:
         if self.max_failures < 0:
             raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
         if self.sweep:  # the runs themselves: --output_dir given, not too many
-            from slurmgen.sweep import expand
-            expand(self.sweep, self.sweep_mode, self.train_args)
+            sweep.expand(self.sweep, self.sweep_mode, self.train_args)
         if self.prep and (self.exec or self.script or self.module != PREP_MODULE):
             raise SpecError(f"--prep: only --module {PREP_MODULE} prepares its data in a job of its own"
                             " (SLURMGEN_PREPARE_ONLY)")
@@ -369,9 +237,7 @@ class JobSpec:
         if self.slurm_version is not None and not re.match(r"\d{2}\.\d{2}\Z", self.slurm_version):
             raise SpecError(f"--slurm-version {self.slurm_version!r}: expected a release such as 22.05,"
                             " 24.11 or 25.11")
-        from slurmgen import passthrough  # the escape hatches' own rules
-
-        passthrough.validate(self)
+        passthrough.validate(self)  # the escape hatches' own rules
         return self
 
     def _validate_resources(self) -> None:
@@ -465,98 +331,6 @@ class JobSpec:
         return stem + ".err"
 
 
-def train_arg(args, *flags: str) -> Optional[str]:
-    """The value a training argument (--flag VALUE or --flag=VALUE) was given; the last one wins,
-    as it does for the argument parsers of the entry points. None if absent or valueless."""
-    args = list(args)
-    value = None
-    for i, arg in enumerate(args):
-        for flag in flags:
-            if arg == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
-def container_dirs(spec: JobSpec, *dirs: Optional[str]) -> list[str]:
-    """Directories the ranks share with the batch shell or the submitting side, mounted at the
-    same path inside a container: the given ones (log dir for the stop and outcome files,
-    working directory) and an absolute --output_dir (a relative one is under the working
-    directory)."""
-    out = train_arg(spec.train_args, "--output_dir", "--output-dir")
-    wanted = [*dirs, out if out and os.path.isabs(out) else None]
-    return list(dict.fromkeys(d for d in wanted if d))
-
-
-def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Optional[str] = None) -> list[str]:
-    """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes
-    them as argv. With an image: the user's mounts plus container_dirs at the same path, the
-    working directory inside, and a name so that a job's steps import the image once per node."""
-    if spec.container_runtime != "pyxis":
-        return []
-    if not spec.container_image:
-        return [f"--container-mounts={spec.container_mounts}"] if spec.container_mounts else []
-    mounts = [spec.container_mounts] if spec.container_mounts else []
-    mounts += [f"{d}:{d}" for d in container_dirs(spec, workdir, *dirs)]
-    flags = [f"--container-image={spec.container_image}"]
-    if name:
-        flags.append(f"--container-name={name}")
-    return flags + [f"--container-mounts={','.join(mounts)}", f"--container-workdir={workdir}"]
-
-
-def container_exec(spec: JobSpec, workdir: str, *dirs: Optional[str]) -> list[str]:
-    """With --container apptainer:IMAGE (or singularity): the words that run a step's command in
-    the image, GPUs passed in (--nv), the user's mounts plus container_dirs bound at the same
-    path, the working directory inside. Nothing for pyxis, whose flags go to srun itself."""
-    if spec.container_runtime == "pyxis" or not spec.container_image:
-        return []
-    binds = ([spec.container_mounts] if spec.container_mounts else []) + container_dirs(spec, workdir, *dirs)
-    return [spec.container_runtime, "exec", "--nv", "--bind", ",".join(binds), "--pwd", workdir, spec.container_image]
-
-
-def gloo_socket_ifname(nccl_value: str) -> Optional[str]:
-    """NCCL's interface list in gloo's terms, where it can be told before the job runs: gloo takes
-    exact names, NCCL's "=" list. A plain list is prefixes to NCCL ("ib" is ib0, ib1, ...), which
-    each node resolves itself (iface_prefixes); "^" (names to avoid) gloo cannot express: then gloo
-    is left to pick the interface of the host's own address."""
-    return nccl_value[1:] if nccl_value.startswith("=") else None
-
-
-def iface_prefixes(nccl_value: str) -> list[str]:
-    """The prefixes of a plain --nccl-socket-ifname list (none for "=" and "^" lists)."""
-    return [] if nccl_value[:1] in ("=", "^") else [p for p in nccl_value.split(",") if p]
-
-
-def matching_iface(prefixes: list[str], names: list[str]) -> Optional[str]:
-    """The first interface, in the given order of names, that starts with one of the prefixes."""
-    return next((n for n in names if any(n.startswith(p) for p in prefixes)), None)
-
-
 PREP_MODULE = "train.sft"
 
 
-def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
-    """Variables slurmgen's own options set for every rank (before the user's --env), shared by
-    rendered scripts and the submit path."""
-    pairs = []
-    if spec.target[0] == "module" and spec.module in SHIPPED_MODULES:
-        pairs.append(("PYTHONSAFEPATH", "1"))
-    if spec.resume == "auto" and spec.rank_hooks_on:
-        pairs.append(("SLURMGEN_RESUME", "auto"))  # train.trainer_hooks
-    if spec.save_timeout:
-        pairs.append(("SLURMGEN_SAVE_TIMEOUT", str(spec.save_timeout)))
-    if spec.nccl_debug:
-        pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
-    if spec.nccl_socket_ifname:
-        pairs.append(("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname))
-        gloo = gloo_socket_ifname(spec.nccl_socket_ifname)
-        if gloo:
-            pairs.append(("GLOO_SOCKET_IFNAME", gloo))
-    if spec.hf_home:
-        pairs.append(("HF_HOME", spec.hf_home))
-    if spec.offline:
-        pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
-    if spec.prepared_data:  # train.sft loads it and does not tokenize
-        pairs.append(("SLURMGEN_PREPARED_DATA", spec.prepared_data))
-    return pairs

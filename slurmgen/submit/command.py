@@ -21,7 +21,8 @@ import cloup
 
 from slurmgen.errors import INTERRUPTED, OneLineCommand, fail
 from slurmgen.options import job_options, spec_from_options
-from slurmgen.spec import JobSpec, SpecError
+from slurmgen.plan.spec import JobSpec
+from slurmgen.plan.words import SpecError
 
 JOB_FAILED = 1
 
@@ -35,7 +36,7 @@ class ProgressPrinter:
         self.drawn = False
 
     def __call__(self, status) -> None:
-        from slurmgen.watch import progress_line
+        from slurmgen.observe.watch import progress_line
 
         line = progress_line(status.state, status.progress, status.restarts)
         if status.reason:  # e.g. PartitionNodeLimit: this job will not start as asked
@@ -81,7 +82,7 @@ def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optiona
            watch=None) -> int:
     """Wait for the job (``watch``: the hang watch, at every poll); on Ctrl-C ask whether to
     cancel it. Returns the exit status; a failure (JobFailed) is appended to ``failed``."""
-    from slurmgen.submission import JobFailed
+    from slurmgen.submit.submission import JobFailed
 
     try:
         sub.wait(progress=printer, interval=interval, poll=watch)
@@ -102,7 +103,7 @@ def follow(sub, printer: ProgressPrinter, interval: float = 1.0, failed: Optiona
 
 def submit_and_say(spec, folder, local: bool):
     """Submit (a refusal: one line, exit 1) and say which job it is and where its files go."""
-    from slurmgen.submission import SubmitError, submit_job
+    from slurmgen.submit.submission import SubmitError, submit_job
 
     try:
         sub = submit_job(spec, folder, local=local)
@@ -117,7 +118,7 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
     """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit
     again (up to --max-failures), as the rendered script requeues: the entry points resume from
     the newest checkpoint in --output_dir, and a node blamed for two failures is excluded."""
-    from slurmgen.retry import next_exclusion, node_name
+    from slurmgen.job.retry import next_exclusion, node_name
 
     history: list[dict] = []
     while True:
@@ -165,7 +166,7 @@ def follow_earlier(job_id: str, folder: Optional[str], params: dict, other_mode:
     """--attach: refuse options that would be ignored, find the job, follow it like a new one."""
     from click.core import ParameterSource
 
-    from slurmgen.submission import SubmitError, attach, default_folder
+    from slurmgen.submit.submission import SubmitError, attach, default_folder
 
     ctx = click.get_current_context()
     given = ["training arguments" if name == "train_args" else "--" + name.replace("_", "-")
@@ -221,7 +222,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     model are read from. Slurm picks how tasks spread over nodes from free GPUs: pin --nodelist
     for an exact split.
     """
-    from slurmgen.submission import check_submittable
+    from slurmgen.submit.submission import check_submittable
 
     if attach_to is not None:
         sys.exit(follow_earlier(attach_to, folder, params, detach or local, interval))
@@ -234,7 +235,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         fail(f"{'--sweep' if spec.sweep else '--after'}: not with --local, which runs one job on this machine"
              " without Slurm")
     if spec.offline:  # as `render --offline` does: fill the shared cache here, ranks read it offline
-        from slurmgen.prefetch import PrefetchError, prefetch
+        from slurmgen.site.prefetch import PrefetchError, prefetch
 
         try:
             prefetch(spec, log=lambda line: click.echo(line, err=True))
@@ -250,7 +251,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
 def submit_sweep_and_follow(spec, folder, interval: float, detach: bool) -> int:
     """--sweep: one job per run (at most --max-parallel at once), then follow each to its end.
     No retries here: a failed run is reported, and the others go on."""
-    from slurmgen.submission import SubmitError, submit_sweep
+    from slurmgen.submit.submission import SubmitError, submit_sweep
 
     try:
         pairs = submit_sweep(spec, folder)
@@ -279,7 +280,7 @@ def spec_from_args(argv) -> "JobSpec":
     """The JobSpec `python -m slurmgen.submit ARGV` would submit, for scripts and notebooks:
     spec_from_args(["--nodes", "4", "--gpus", "1,1,2,2", "--", "--output_dir", "run"]).
     Raises SpecError (or click.UsageError for an unknown option)."""
-    from slurmgen.submission import check_submittable
+    from slurmgen.submit.submission import check_submittable
 
     ctx = submit_command.make_context("python -m slurmgen.submit", list(argv))
     spec = spec_from_options({k: v for k, v in ctx.params.items() if k not in SUBMIT_ONLY})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmgen.train_tools import run_tool
+from slurmgen.site.train_tools import run_tool
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from slurmgen.spec import SpecError, train_arg
+from slurmgen.plan.words import SpecError, train_arg
 
 MODES = ("product", "zip")
 MAX_RUNS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0-1000)

@@ -1,0 +1,1 @@
+"""Beside and after the job: watch and report."""

@@ -1,0 +1,1 @@
+"""The sbatch script: the Jinja environment, quoting, and the text of a plan."""

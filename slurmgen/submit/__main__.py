@@ -1,0 +1,3 @@
+from slurmgen.submit.command import main
+
+main()
