@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurmgen.submit import submission
+from slurmgen.submit import blame, parameters, submission
 from slurmgen.submit import task
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
@@ -26,13 +26,13 @@ UNEVEN = JobSpec(gpus=(1, 1, 2, 2), cpus_per_gpu=3, train_args=("--output_dir", 
 
 # ---------------------------------------------------------------------------- executor parameters
 def test_slurm_parameters_one_task_per_gpu():
-    params = submission.slurm_parameters(UNEVEN)
+    params = parameters.slurm_parameters(UNEVEN)
     assert params["nodes"] == 4
     assert params["cpus_per_task"] == 3
     assert params["additional_parameters"] == {"ntasks": 6, "gpus_per_task": 1}
     assert "--kill-on-bad-exit=1" in params["srun_args"]
     assert "--cpus-per-task=3" in params["srun_args"]
-    assert params["time"] == submission.NO_LIMIT_MINUTES
+    assert params["time"] == parameters.NO_LIMIT_MINUTES
     assert params["signal_delay_s"] == UNEVEN.grace
     for absent in ("partition", "account", "qos", "mem", "nodelist", "setup"):
         assert absent not in params
@@ -42,7 +42,7 @@ def test_slurm_parameters_map_every_job_option():
     spec = JobSpec(gpus=(2, 2), job_name="exp", partition="gpu", account="lab", qos="high",
                    time="1:30:10", mem="64G", constraint="a100", nodelist=("n1", "n2"),
                    exclude="n9", setup=("module load cuda",), grace=60)
-    params = submission.slurm_parameters(spec)
+    params = parameters.slurm_parameters(spec)
     assert params["job_name"] == "exp"
     assert (params["partition"], params["account"], params["qos"]) == ("gpu", "lab", "high")
     assert (params["mem"], params["constraint"], params["exclude"]) == ("64G", "a100", "n9")
@@ -54,7 +54,7 @@ def test_slurm_parameters_map_every_job_option():
 
 
 def test_local_parameters_world_size_processes():
-    params = submission.local_parameters(JobSpec(gpus=(2,), time="10"))
+    params = parameters.local_parameters(JobSpec(gpus=(2,), time="10"))
     assert params["tasks_per_node"] == 2
     assert params["gpus_per_node"] == 2
     assert params["timeout_min"] == 10
@@ -62,8 +62,8 @@ def test_local_parameters_world_size_processes():
 
 def test_accelerate_is_refused_with_one_line():
     with pytest.raises(SpecError, match="--launcher accelerate: python -m slurmgen.submit starts one task"):
-        submission.check_submittable(JobSpec(gpus=(2, 2), launcher="accelerate"))
-    submission.check_submittable(JobSpec(gpus=(2, 2), launcher="srun"))
+        parameters.check_submittable(JobSpec(gpus=(2, 2), launcher="accelerate"))
+    parameters.check_submittable(JobSpec(gpus=(2, 2), launcher="srun"))
 
 
 @pytest.fixture
@@ -120,8 +120,8 @@ def test_output_dir_arg(args, expected):
 
 
 def test_output_dir_relative_to_submitting_directory(tmp_path):
-    assert submission.resolve_output_dir(["--output_dir", "run"], cwd=str(tmp_path)) == tmp_path / "run"
-    assert submission.resolve_output_dir(["--output_dir", "/abs/run"], cwd=str(tmp_path)) == Path("/abs/run")
+    assert parameters.resolve_output_dir(["--output_dir", "run"], cwd=str(tmp_path)) == tmp_path / "run"
+    assert parameters.resolve_output_dir(["--output_dir", "/abs/run"], cwd=str(tmp_path)) == Path("/abs/run")
 
 
 # ---------------------------------------------------------------------------- task environment
@@ -164,7 +164,7 @@ def test_every_task_sees_its_nodes_gpus_and_uses_its_own(procid, nodeid, localid
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in range(int(gpus)))
     assert denv.device_index == localid
     assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (str(localid), gpus)
-    assert "--gpu-bind=none" in submission.slurm_parameters(UNEVEN)["srun_args"]
+    assert "--gpu-bind=none" in parameters.slurm_parameters(UNEVEN)["srun_args"]
 
 
 def test_master_port_option_reaches_slurm_tasks():
@@ -210,7 +210,7 @@ def test_threads_follow_the_ranks_cores_unless_env_says_otherwise():
 def test_task_is_checkpointable_and_pickles_by_reference():
     from submitit.helpers import DelayedSubmission
 
-    train_task = submission.make_task(UNEVEN)
+    train_task = parameters.make_task(UNEVEN)
     resubmission = train_task.checkpoint()
     assert isinstance(resubmission, DelayedSubmission)
     assert resubmission.function == train_task
@@ -220,8 +220,8 @@ def test_task_is_checkpointable_and_pickles_by_reference():
 
 
 def test_local_task_gets_a_free_port():
-    assert submission.make_task(UNEVEN).master_port is None  # Slurm: derived from the job id
-    assert 1024 <= submission.make_task(UNEVEN, local=True).master_port <= 65535
+    assert parameters.make_task(UNEVEN).master_port is None  # Slurm: derived from the job id
+    assert 1024 <= parameters.make_task(UNEVEN, local=True).master_port <= 65535
 
 
 def test_nonzero_exit_of_entry_point_is_an_error(tmp_path, monkeypatch):
@@ -256,18 +256,18 @@ def test_warning_after_the_last_step_does_not_requeue(tmp_path, capsys):
 # ---------------------------------------------------------------------------- failure reports
 def test_pick_failed_task_earliest_then_lowest():
     outcomes = {0: ("success", 5.0), 3: ("error", 10.0), 4: ("error", 10.5), 1: ("error", 30.0)}
-    assert submission.pick_failed_task(outcomes) == 3
-    assert submission.pick_failed_task({5: ("error", 1.2), 2: ("error", 1.9)}) == 2
-    assert submission.pick_failed_task({0: ("success", 1.0)}) is None
+    assert blame.pick_failed_task(outcomes) == 3
+    assert blame.pick_failed_task({5: ("error", 1.2), 2: ("error", 1.9)}) == 2
+    assert blame.pick_failed_task({0: ("success", 1.0)}) is None
 
 
 def test_srun_culprit_skips_tasks_killed_because_of_it():
     log = ("srun: error: node2: task 1: Killed\n"
            "srun: error: node4: task 5: Exited with exit code 1\n"
            "srun: error: node3: tasks 2-3: Terminated\n")
-    assert submission.srun_culprit(log) == (5, "node4")
-    assert submission.srun_culprit("srun: error: node3: tasks 2-3: Killed\n") is None
-    assert submission.srun_culprit("srun: error: node4: task 1: Aborted\n") == (1, "node4")
+    assert blame.srun_culprit(log) == (5, "node4")
+    assert blame.srun_culprit("srun: error: node3: tasks 2-3: Killed\n") is None
+    assert blame.srun_culprit("srun: error: node4: task 1: Aborted\n") == (1, "node4")
 
 
 def test_task_host_from_newest_start_line(tmp_path):
@@ -275,23 +275,23 @@ def test_task_host_from_newest_start_line(tmp_path):
     log.write_text("submitit INFO - Starting\n"
                    f"{task.START_MARK} task 3 on node3: rank 3/6 local 1/2\n"
                    f"{task.START_MARK} task 3 on node4: rank 3/6 local 1/2\n")
-    assert submission.task_host(log) == "node4"
-    assert submission.task_host(tmp_path / "missing") is None
+    assert blame.task_host(log) == "node4"
+    assert blame.task_host(tmp_path / "missing") is None
 
 
 def test_tail_drops_progress_bars_and_blank_lines(tmp_path):
     log = tmp_path / "x.err"
     log.write_text("first\n\n 12%|█▎        | 1/8 [00:00<00:06,  1.01it/s]\r 25%|██▌  | 2/8\n"
                    + "".join(f"line {i}\n" for i in range(30)))
-    text = submission.tail(log, 5)
+    text = blame.tail(log, 5)
     assert text.splitlines() == [f"line {i}" for i in range(25, 30)]
-    assert submission.tail(tmp_path / "missing") == ""
+    assert blame.tail(tmp_path / "missing") == ""
 
 
 def test_job_failed_message_names_the_task(tmp_path):
-    failure = submission.TaskFailure(3, "node3", tmp_path / "1_3_log.err", "boom")
+    failure = blame.TaskFailure(3, "node3", tmp_path / "1_3_log.err", "boom")
     assert str(submission.JobFailed("12", "FAILED", failure)) == "job 12 FAILED: task 3 on node3 failed"
-    nobody = submission.TaskFailure(None, None, tmp_path / "1_0_log.err", "")
+    nobody = blame.TaskFailure(None, None, tmp_path / "1_0_log.err", "")
     assert str(submission.JobFailed("12", "CANCELLED", nobody)) == "job 12 CANCELLED"
 
 
@@ -434,7 +434,7 @@ def test_detach_returns_at_once(monkeypatch):
 
 
 def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
-    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
+    failure = blame.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
     stub = StubSubmission(error=submission.JobFailed("77", "FAILED", failure))
     result = run_cli(monkeypatch, stub)
     assert result.exit_code == 1
@@ -448,7 +448,7 @@ def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path
     same spec, and the second crash on node3 adds node3 to --exclude (the partition still fits)."""
     from slurmgen.job import retry
 
-    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "boom")
+    failure = blame.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "boom")
     crashed = lambda: StubSubmission(error=submission.JobFailed("77", "FAILED", failure),
                                      progress={"step": 6, "time": 2000.0})
     stubs = [crashed(), crashed(), StubSubmission(result={"world_size": 2})]
@@ -470,7 +470,7 @@ def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path
 
 
 def test_a_crash_before_the_first_step_is_not_retried(monkeypatch, tmp_path):
-    failure = submission.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
+    failure = blame.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "error: model path not found: x")
     stub = StubSubmission(error=submission.JobFailed("77", "FAILED", failure), progress={"step": 2, "time": 10.0})
     result = run_cli(monkeypatch, stub)
     assert result.exit_code == 1 and "submitting again" not in result.output
@@ -521,11 +521,11 @@ def test_spec_from_args_is_the_cli_spec():
                            "--nccl-debug", "info", "--", "--output_dir", "run"])
     assert spec.gpus == (1, 1, 2, 2)
     assert spec.train_args == ("--output_dir", "run")
-    env = dict(submission.rank_environment(spec))
+    env = dict(parameters.rank_environment(spec))
     assert env["HF_HUB_OFFLINE"] == "0"  # the user's --env wins over --offline
     assert env["HF_DATASETS_OFFLINE"] == "1"
     assert env["NCCL_DEBUG"] == "INFO"
-    assert submission.make_task(spec).env == submission.rank_environment(spec)
+    assert parameters.make_task(spec).env == parameters.rank_environment(spec)
     with pytest.raises(SpecError, match="--launcher accelerate"):
         spec_from_args(["--gpus", "2", "--launcher", "accelerate"])
 
@@ -536,7 +536,7 @@ def test_container_flags_go_to_srun(tmp_path, monkeypatch):
                    container_mounts="/data:/data", train_args=("--output_dir", "/scratch/run"))
     folder = tmp_path / "submitit"
     # submitit's folder holds the stop file; the working and output directories what training reads and writes.
-    assert submission.slurm_parameters(spec, folder)["srun_args"][-3:] == [
+    assert parameters.slurm_parameters(spec, folder)["srun_args"][-3:] == [
         "--container-image=nvcr.io/nvidia/pytorch:24.01-py3",
         f"--container-mounts=/data:/data,{tmp_path}:{tmp_path},{folder}:{folder},/scratch/run:/scratch/run",
         f"--container-workdir={tmp_path}"]
@@ -560,9 +560,9 @@ def test_apptainer_runs_every_task_in_the_image(fake_srun, tmp_path, monkeypatch
 
 def test_submit_side_imports_no_training_stack(fake_srun, tmp_path):
     code = ("import sys\n"
-            "from slurmgen.submit import command, submission, task\n"
+            "from slurmgen.submit import command, parameters, submission, task\n"
             "from slurmgen.plan.spec import JobSpec\n"
-            "submission.make_task(JobSpec(gpus=(1, 1, 2, 2)))\n"
+            "parameters.make_task(JobSpec(gpus=(1, 1, 2, 2)))\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'trl', 'datasets'})\n"
             "print('heavy:', heavy, 'train' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
@@ -635,7 +635,7 @@ def test_slurm_parameters_carry_the_options_of_real_training_scripts(tmp_path):
     spec = JobSpec(gpus=(1, 2), mem_per_gpu="16G", hint="nomultithread", reservation="maint",
                    mail_type="END,FAIL", mail_user="me@example.org", wait_all_nodes=True,
                    sbatch=("overcommit", "comment=run 7"), srun_args=("--cpu-bind=cores", "-l")).validate()
-    params = submission.slurm_parameters(spec)
+    params = parameters.slurm_parameters(spec)
     assert params["srun_args"][-2:] == ["--cpu-bind=cores", "-l"]
     text = _make_sbatch_string(command="true", folder=str(tmp_path),
                                **{k: v for k, v in params.items() if k != "srun_args"},
@@ -658,7 +658,7 @@ def test_slurm_parameters_carry_the_options_of_real_training_scripts(tmp_path):
 ])
 def test_submit_refuses_what_only_a_rendered_script_has(spec, message):
     with pytest.raises(SpecError) as err:
-        submission.check_submittable(spec)
+        parameters.check_submittable(spec)
     assert str(err.value) == message
 
 
@@ -727,10 +727,10 @@ def test_an_interface_prefix_becomes_this_nodes_exact_name_for_gloo():
 def test_a_gpu_type_is_asked_per_task_and_two_types_are_refused():
     """--gpu-type on the submit path: one job of one task per GPU, so one typed request; a layout
     of two GPU types needs a het job (slurmgen render)."""
-    params = submission.slurm_parameters(JobSpec(gpus=(1, 2), gpu_type=("a100",)).validate())
+    params = parameters.slurm_parameters(JobSpec(gpus=(1, 2), gpu_type=("a100",)).validate())
     assert params["additional_parameters"]["gpus_per_task"] == "a100:1"
-    assert submission.slurm_parameters(JobSpec(gpus=(1, 2)))["additional_parameters"]["gpus_per_task"] == 1
+    assert parameters.slurm_parameters(JobSpec(gpus=(1, 2)))["additional_parameters"]["gpus_per_task"] == 1
     with pytest.raises(SpecError, match=r"^--gpu-type 'v100,a100': python -m slurmgen.submit asks for one kind"
                                         r" of GPU \(one job, one task per GPU\); give one type, or use slurmgen"
                                         r" render \(a het job\)$"):
-        submission.check_submittable(JobSpec(gpus=(1, 2), gpu_type=("v100", "a100")))
+        parameters.check_submittable(JobSpec(gpus=(1, 2), gpu_type=("v100", "a100")))

@@ -18,7 +18,7 @@ from submitit.local import local as local_module
 
 from slurmgen.submit import submitit_adapter as adapter
 from slurmgen.plan.spec import JobSpec
-from slurmgen.submit.submission import NO_LIMIT_MINUTES, slurm_parameters
+from slurmgen.submit.parameters import NO_LIMIT_MINUTES, slurm_parameters
 
 UNEVEN = JobSpec(gpus=(1, 1, 2, 2))
 

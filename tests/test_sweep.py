@@ -103,19 +103,19 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
 
 
 def test_submit_path_refuses_prep_for_now():
-    from slurmgen.submit import submission
+    from slurmgen.submit import parameters
     from slurmgen.plan.spec import JobSpec
     with pytest.raises(SpecError, match=r"^--prep: not on python -m slurmgen.submit yet; use slurmgen render$"):
-        submission.check_submittable(JobSpec(gpus=(1,), prep=True, train_args=("--output_dir", "o")))
+        parameters.check_submittable(JobSpec(gpus=(1,), prep=True, train_args=("--output_dir", "o")))
 
 
 def test_submit_path_passes_the_dependency_to_sbatch():
     """A sweep's chain and --after reach submitit's sbatch parameters as one --dependency."""
-    from slurmgen.submit import submission
+    from slurmgen.submit import parameters
     from slurmgen.plan.spec import JobSpec
-    params = submission.slurm_parameters(JobSpec(gpus=(1,), after=(("7", "afterok"),)), None, "afterany:12_0")
+    params = parameters.slurm_parameters(JobSpec(gpus=(1,), after=(("7", "afterok"),)), None, "afterany:12_0")
     assert params["additional_parameters"]["dependency"] == "afterany:12_0,afterok:7"
-    assert "dependency" not in submission.slurm_parameters(JobSpec(gpus=(1,)))["additional_parameters"]
+    assert "dependency" not in parameters.slurm_parameters(JobSpec(gpus=(1,)))["additional_parameters"]
 
 
 @pytest.mark.parametrize("option", [["--sweep", "lr=1,2"], ["--after", "12"]])

@@ -222,7 +222,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     model are read from. Slurm picks how tasks spread over nodes from free GPUs: pin --nodelist
     for an exact split.
     """
-    from slurmgen.submit.submission import check_submittable
+    from slurmgen.submit.parameters import check_submittable
 
     if attach_to is not None:
         sys.exit(follow_earlier(attach_to, folder, params, detach or local, interval))
@@ -280,7 +280,7 @@ def spec_from_args(argv) -> "JobSpec":
     """The JobSpec `python -m slurmgen.submit ARGV` would submit, for scripts and notebooks:
     spec_from_args(["--nodes", "4", "--gpus", "1,1,2,2", "--", "--output_dir", "run"]).
     Raises SpecError (or click.UsageError for an unknown option)."""
-    from slurmgen.submit.submission import check_submittable
+    from slurmgen.submit.parameters import check_submittable
 
     ctx = submit_command.make_context("python -m slurmgen.submit", list(argv))
     spec = spec_from_options({k: v for k, v in ctx.params.items() if k not in SUBMIT_ONLY})

@@ -20,15 +20,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import shlex
-import socket
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
@@ -36,16 +32,13 @@ from slurmgen.submit import submitit_adapter
 from slurmgen.plan import sweep
 from slurmgen.observe import watch
 from slurmgen.site import jobs
-from slurmgen.plan.passthrough import split_sbatch
-from slurmgen.plan.launch import container_args, container_exec, rank_exports
-from slurmgen.plan.spec import DEFAULT_LOG_NAME, JobSpec
+from slurmgen.plan.launch import container_exec
+from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
-from slurmgen.submit.task import START_MARK, TrainTask, output_dir_arg
+from slurmgen.submit.blame import TaskFailure, pick_failed_task, srun_culprit, tail, task_host
+from slurmgen.submit.hang_watch import HangWatch
+from slurmgen.submit.parameters import check_submittable, local_parameters, make_task, resolve_output_dir, slurm_parameters, time_minutes, world_size
 
-# submitit always writes #SBATCH --time; without a user limit that line is dropped, and this
-# long "limit" keeps submitit from counting a preemption as a time-out.
-NO_LIMIT_MINUTES = 365 * 24 * 60
-TAIL_LINES = 20
 # A task that failed while others still run: cancel the rest after this many seconds, so a
 # rank stuck in a collective does not hold the job until the collective timeout.
 FAIL_FAST_S = 10.0
@@ -64,194 +57,11 @@ class JobFailed(RuntimeError):
         super().__init__(f"job {job_id} {state}{where}")
 
 
-@dataclass(frozen=True)
-class TaskFailure:
-    task: Optional[int]  # None: no task to blame (cancelled, timed out): the batch log
-    host: Optional[str]
-    stderr: Path
-    tail: str
-
-    @property
-    def name(self) -> str:
-        if self.task is None:
-            return "the job"
-        return f"task {self.task} on {self.host}" if self.host else f"task {self.task}"
-
-
 class Status(NamedTuple):
     state: str  # Slurm's JobState (PENDING, RUNNING, COMPLETED, FAILED, ...)
     restarts: str  # how often Slurm requeued it
     progress: Optional[dict]  # newest line of rank 0's progress.jsonl
     reason: str = ""  # why it is pending (Resources, Priority, PartitionNodeLimit, ...)
-
-
-# ---------------------------------------------------------------------------- pure parts
-def check_submittable(spec: JobSpec) -> None:
-    """What `render` accepts but submit cannot do. Raises SpecError (one line)."""
-    if len(set(spec.gpu_types)) > 1:
-        raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: python -m slurmgen.submit asks for one kind of"
-                        " GPU (one job, one task per GPU); give one type, or use slurmgen render (a het job)")
-    if spec.launcher == "accelerate":
-        raise SpecError("--launcher accelerate: python -m slurmgen.submit starts one task per GPU"
-                        " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
-    if spec.launcher_args:
-        raise SpecError(f"--launcher-arg {spec.launcher_args[0]!r}: python -m slurmgen.submit starts"
-                        " no launcher (one task per GPU); use --srun-arg for srun's own options")
-    if spec.cpus_per_node is not None:
-        raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
-                        " task per GPU; use --cpus-per-gpu")
-    if spec.prep:
-        raise SpecError("--prep: not on python -m slurmgen.submit yet; use slurmgen render")
-    if spec.log_name != DEFAULT_LOG_NAME:
-        raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
-                        " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
-
-
-def world_size(spec: JobSpec) -> int:
-    return sum(spec.gpus)
-
-
-def time_minutes(spec: JobSpec) -> Optional[int]:
-    """The time limit in whole minutes (submitit's unit), None without a limit."""
-    seconds = spec.time_seconds
-    return None if seconds is None else max(1, math.ceil(seconds / 60))
-
-
-def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None, dependency: str = "") -> dict:
-    """SlurmExecutor.update_parameters() arguments for one task per GPU. ``folder`` (submitit's,
-    where the stop file is) is mounted into a container, with the working directory;
-    ``dependency`` is sbatch's, with --after's conditions added."""
-    minutes = time_minutes(spec)
-    types = sorted(set(spec.gpu_types) - {""})
-    extra = {"ntasks": world_size(spec), "gpus_per_task": f"{types[0]}:1" if types else 1}
-    dependency = sweep.dependency(spec.after, dependency)
-    if dependency:
-        extra["dependency"] = dependency
-    if minutes is not None:
-        extra["time"] = spec.time  # exactly as given, seconds included
-    flags = dict(hint=spec.hint, threads_per_core=spec.threads_per_core, reservation=spec.reservation,
-                 mail_type=spec.mail_type, mail_user=spec.mail_user,
-                 wait_all_nodes=1 if spec.wait_all_nodes else None)
-    extra.update({k: v for k, v in flags.items() if v is not None})
-    # --sbatch NAME (a flag) or NAME=VALUE, as submitit writes them
-    extra.update({name.replace("-", "_"): True if value is None else value
-                  for name, value in map(split_sbatch, spec.sbatch)})
-    params = dict(
-        job_name=spec.job_name,
-        nodes=spec.nodes,
-        cpus_per_task=spec.cpus_per_gpu,
-        time=minutes or NO_LIMIT_MINUTES,
-        signal_delay_s=spec.grace,
-        additional_parameters=extra,
-        # Slurm 22.05 srun ignores SLURM_CPUS_PER_TASK; kill-on-bad-exit ends the step when one
-        # rank fails instead of leaving the others in a collective until it times out.
-        # --gpu-bind=none: every task sees its node's GPUs (task.node_gpus_visible).
-        srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1", "--gpu-bind=none",
-                   *container_args(spec, os.getcwd(), str(folder) if folder else None), *spec.srun_args],
-    )
-    optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
-                    mem_per_gpu=spec.mem_per_gpu, mem_per_cpu=spec.mem_per_cpu,
-                    constraint=spec.constraint, exclude=spec.exclude,
-                    nodelist=",".join(spec.nodelist) or None, exclusive=spec.exclusive or None,
-                    setup=list(spec.setup) or None)
-    params.update({k: v for k, v in optional.items() if v is not None})
-    return params
-
-
-def rank_environment(spec: JobSpec) -> tuple:
-    """(KEY, VALUE) pairs for every rank: those slurmgen's own options imply (--offline,
-    --hf-home, --nccl-*; the same as in rendered scripts), then the user's --env, which wins."""
-    return tuple(rank_exports(spec)) + tuple(spec.env)
-
-
-def local_parameters(spec: JobSpec) -> dict:
-    """LocalExecutor parameters: every rank on this machine, one GPU index each."""
-    world = world_size(spec)
-    params = dict(tasks_per_node=world, gpus_per_node=world, signal_delay_s=spec.grace,
-                  timeout_min=time_minutes(spec) or NO_LIMIT_MINUTES)
-    if spec.setup:
-        params["setup"] = list(spec.setup)
-    return params
-
-
-def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
-    port = spec.master_port
-    if local and port is None:
-        port = free_port()
-    return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
-                     master_port=port, collective_timeout=spec.collective_timeout,
-                     grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range),
-                     master_ip=spec.master_addr_ip, rank_hooks=spec.rank_hooks_on)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def resolve_output_dir(train_args, cwd: Optional[str] = None) -> Optional[Path]:
-    """Where training writes metrics.json and progress.jsonl: its --output_dir, taken relative
-    to the submitting directory (the job's working directory). None if not given."""
-    value = output_dir_arg(train_args)
-    if not value:
-        return None
-    return Path(cwd or os.getcwd(), os.path.expanduser(value)).resolve()
-
-
-# tqdm bars (redrawn with \r, so many "lines") say nothing about why a task failed.
-_PROGRESS_BAR = re.compile(r"\d+%\|.*\|")
-
-
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last lines of a log, without blank lines and progress bars."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    kept = [l for l in text.splitlines() if l.strip() and not _PROGRESS_BAR.search(l)]
-    return "\n".join(kept[-lines:])
-
-
-def task_host(stdout: Path) -> Optional[str]:
-    """The host a task ran on, from the line TrainTask prints first (the newest such line:
-    logs are appended to, and a requeued run may land elsewhere)."""
-    host = None
-    try:
-        with stdout.open(errors="replace") as handle:
-            for line in handle:
-                if line.startswith(START_MARK) and " on " in line:
-                    # "slurmgen-task: task 3 on node3: rank 3/6 ..."
-                    host = line.split(" on ", 1)[1].split(":", 1)[0].strip()
-    except OSError:
-        pass
-    return host
-
-
-def pick_failed_task(outcomes: dict, window: float = 1.0) -> Optional[int]:
-    """The task that raised first (of ranks that fail together, as on a bad argument, within
-    `window` seconds: the lowest); None when no task raised."""
-    errors = [(mtime, task) for task, (outcome, mtime) in outcomes.items() if outcome == "error"]
-    if not errors:
-        return None
-    first = min(mtime for mtime, _ in errors)
-    return min(task for mtime, task in errors if mtime - first <= window)
-
-
-# srun's report of a task that ended badly: "srun: error: node4: task 1: Aborted",
-# "srun: error: node3: tasks 2-3: Killed".
-_SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
-_COLLATERAL = ("Killed", "Terminated")  # what --kill-on-bad-exit does to the other tasks
-
-
-def srun_culprit(batch_log: str) -> Optional[tuple[int, str]]:
-    """(task, host) of the newest task srun saw die on its own (crash, abort, bad exit status)
-    rather than be killed because another one failed; None if there is none."""
-    found = None
-    for match in _SRUN_TASK_ERROR.finditer(batch_log):
-        if match.group(3).strip() not in _COLLATERAL:
-            found = (int(match.group(2)), match.group(1))
-    return found
 
 
 # ---------------------------------------------------------------------------- submission
@@ -546,41 +356,3 @@ class Submission:
             time.sleep(1.0)
 
 
-class HangWatch:
-    """The hang watch of a submitted job, run by the process that follows it (slurmgen.job.hangs):
-    the ranks beat into the submitit folder; when one has not advanced for the timeout, the
-    stacks are taken through `srun --overlap --jobid`, the report goes to
-    FOLDER/hang-report-JOBID.txt, and the job is cancelled, to be retried as a failure."""
-
-    def __init__(self, sub: "Submission", timeout: float, nodes: int, printer=None):
-        self.sub, self.timeout, self.nodes, self.printer = sub, timeout, nodes, printer
-        self.hung = False
-        self.suspect: Optional[str] = None
-        self.since = 0.0
-        self.restarts = None
-        self.next_look = 0.0
-
-    def __call__(self, status: Status) -> None:
-        from slurmgen.job import hangs
-        from slurmgen.submit.task import cancelled_file, heartbeat_dir
-
-        if self.hung:
-            return
-        if status.restarts != self.restarts:  # a new run: the last one's beats do not count
-            self.restarts, self.since = status.restarts, time.time()
-        if time.monotonic() < self.next_look:
-            return
-        self.next_look = time.monotonic() + min(hangs.POLL_SECONDS, self.timeout / 4)
-        folder = Path(heartbeat_dir(self.sub.folder, self.sub.job_id))
-        report = self.sub.folder / f"hang-report-{self.sub.job_id}.txt"
-        found = hangs.check(folder, self.timeout, self.sub.world_size, report, [("-", self.nodes)],
-                            self.sub.job_id, self.since, outside=True, say=self._say)
-        if found is not None:
-            self.hung, self.suspect = True, found[1]
-            cancelled_file(self.sub.folder, self.sub.job_id).touch()  # the tasks must not requeue
-            self.sub.end_for_good()
-
-    def _say(self, line: str) -> None:
-        if self.printer is not None:
-            self.printer.end()  # a progress line drawn in place on a terminal
-        print(line, file=sys.stderr, flush=True)
