@@ -11,7 +11,8 @@ import cloup
 
 from slurmgen import __version__
 from slurmgen.errors import OneLineGroup, fail
-from slurmgen.options import auto_alternatives, describe_settings, job_options, spec_from_options
+from slurmgen.options import describe_settings, job_options, spec_from_options
+from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
 from slurmgen.plan.words import SpecError, compact_gpus, train_arg
@@ -180,13 +181,13 @@ def run_check(plan, err=False, alternatives=()) -> bool:
 
 def _fit_check(spec, verdict):
     """With --gpu-mem and a model, the strategy the training arguments choose must fit."""
-    from slurmgen.site import fit
+    from slurmgen.site import fit, fit_text
 
     try:
         result = fit.assess_spec(spec)
     except fit.FitError as err:
         fail(str(err))
-    verdict.add([fit.verdict_line(result)], "" if result.chosen.fits else
+    verdict.add([fit_text.verdict_line(result)], "" if result.chosen.fits else
                 "the layout can run, but the model does not fit it with these training arguments")
     return verdict
 
@@ -233,7 +234,7 @@ def fit_command(as_json, **params):
     QLoRA, FSDP, CPU offload), from the model's config.json alone, and the training arguments of
     the one to use. Exit 0 when something fits, 1 when nothing does.
     """
-    from slurmgen.site import fit
+    from slurmgen.site import fit, fit_text
 
     try:
         spec = spec_from_options(params)
@@ -242,7 +243,7 @@ def fit_command(as_json, **params):
         result = fit.assess_spec(spec)
     except (SpecError, fit.FitError) as err:
         fail(str(err))
-    click.echo(fit.as_json(result) if as_json else fit.table(result))
+    click.echo(fit_text.as_json(result) if as_json else fit_text.table(result))
     sys.exit(0 if result.ok else 1)
 
 
