@@ -263,7 +263,8 @@ def watch_command(job_ids, output_dir, interval, timeout):
     A job array or several JOB_IDs (a sweep's het jobs): one line per run until every run has
     ended, then `sweep: N run(s): ...`; exit 0 only if every run COMPLETED.
     """
-    from slurmgen.observe.watch import follows_sweep, sweep_ok, sweep_summary, watch, watch_sweep
+    from slurmgen.observe.watch import watch
+    from slurmgen.observe.watch_sweep import follows_sweep, sweep_ok, sweep_summary, watch_sweep
 
     if not follows_sweep(job_ids):
         state = watch(job_ids[0], output_dir and os.path.abspath(output_dir), interval, timeout)
@@ -286,13 +287,13 @@ def report_command(run_dirs, out):
 
     Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots.
     """
-    from slurmgen.observe import report
+    from slurmgen.observe import report, report_html
 
     try:
         runs = report.find_runs(list(run_dirs))
         click.echo(report.terminal_table(runs))
         target = out or (run_dirs[0] if len(run_dirs) == 1 else "slurmgen-report")
-        written = report.write_report(runs, target)
+        written = report_html.write_report(runs, target)
     except report.ReportError as err:
         fail(str(err), 1 if "matplotlib" in str(err) else 2)
     click.echo(f"wrote {', '.join(str(p) for p in written)}")

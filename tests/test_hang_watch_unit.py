@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from slurmgen.job import hangs
+from slurmgen.job import hangs, stacks
 from slurmgen.job import retry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,24 +45,24 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
             if "next_batch" in stack.read_text():
                 break
             time.sleep(0.1)
-        frames = hangs.main_thread(hangs.parse_threads(stack.read_text()))
+        frames = stacks.main_thread(stacks.parse_threads(stack.read_text()))
     finally:
         proc.kill()
-    place = hangs.where(frames)
+    place = stacks.where(frames)
     assert frames[0].func == "wait" and frames[-1].func == "<module>", frames
     assert place.startswith("wait (") and re.search(r", called from next_batch \(\S*prog\.py:8\)$", place), place
 
 
 def views(*specs):
     """RankViews; a place in torch counts as waiting in a collective, as in_collective finds it."""
-    return [hangs.RankView(rank, host, step, state, place, "torch/" in place)
+    return [stacks.RankView(rank, host, step, state, place, "torch/" in place)
             for rank, host, step, state, place in specs]
 
 
 def test_the_odd_rank_out_is_named_and_its_node_blamed():
     backward = "_engine_run_backward (torch/autograd/graph.py:829), called from _main (train/ddp_loop.py:185)"
     data = "batches (train/data.py:84), called from _main (train/ddp_loop.py:181)"
-    lines, suspect = hangs.summarize(views(
+    lines, suspect = stacks.summarize(views(
         (0, "node1", 13, "S", backward), (1, "node2", 13, "S", backward), (2, "node3", 13, "S", backward),
         (3, "node3", 13, "S", data), (4, "node4", 13, "S", backward), (5, "node4", 13, "S", backward)))
     assert lines == [f"rank 3 on node3 (step 13) is in {data}",
@@ -74,7 +74,7 @@ def test_ranks_waiting_in_different_collectives_wait_for_the_one_that_is_not():
     broadcast = "_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py:2000)"
     backward = "_engine_run_backward (torch/autograd/graph.py:829)"
     data = "batches (train/data.py:84)"
-    lines, suspect = hangs.summarize(views(
+    lines, suspect = stacks.summarize(views(
         (0, "node1", 13, "S", backward), (1, "node2", 13, "S", broadcast), (2, "node3", 13, "S", broadcast),
         (3, "node3", 13, "S", data), (4, "node4", 13, "S", broadcast), (5, "node4", 13, "S", broadcast)))
     assert lines == [f"rank 3 on node3 (step 13) is in {data}",
@@ -84,7 +84,7 @@ def test_ranks_waiting_in_different_collectives_wait_for_the_one_that_is_not():
 
 def test_a_stopped_rank_is_odd_even_where_the_others_are():
     same = "all_reduce (torch/distributed/distributed_c10d.py:2806)"
-    lines, suspect = hangs.summarize(views((0, "node1", 5, "S", same), (1, "node2", 5, "T", same)))
+    lines, suspect = stacks.summarize(views((0, "node1", 5, "S", same), (1, "node2", 5, "T", same)))
     assert lines[0] == f"rank 1 on node2 (step 5, stopped by a signal (SIGSTOP?)) is in {same}"
     assert suspect == "node2"
 
@@ -95,7 +95,7 @@ def test_a_stopped_rank_is_blamed_not_its_peer_still_in_backward():
     are odd ones out and both are named; only the stopped one's node is to blame."""
     backward = "_engine_run_backward (torch/autograd/graph.py:979), called from _main (train/ddp_loop.py:190)"
     reduce = "all_reduce (torch/distributed/distributed_c10d.py:3252), called from _main (train/ddp_loop.py:199)"
-    lines, suspect = hangs.summarize(views(
+    lines, suspect = stacks.summarize(views(
         (0, "node1", 6, "S", reduce), (1, "node3", 6, "S", reduce), (2, "node3", 6, "S", backward),
         (3, "node4", 6, "T", backward), (4, "node4", 6, "S", reduce), (5, "node5", 6, "S", reduce)))
     assert lines[:2] == [f"rank 2 on node3 (step 6) is in {backward}",
@@ -104,7 +104,7 @@ def test_a_stopped_rank_is_blamed_not_its_peer_still_in_backward():
 
 
 def test_ranks_that_agree_blame_no_node():
-    lines, suspect = hangs.summarize(views((0, "node1", 5, "S", "x (a.py:1)"), (1, "node2", 5, "S", "x (a.py:1)")))
+    lines, suspect = stacks.summarize(views((0, "node1", 5, "S", "x (a.py:1)"), (1, "node2", 5, "S", "x (a.py:1)")))
     assert lines == ["ranks 0-1 on node[1-2] (step 5) are all in x (a.py:1)"] and suspect is None
 
 
@@ -114,7 +114,7 @@ def test_stuck_ranks_count_from_the_first_beat():
     beats = {0: beat(0, 100.0), 1: beat(1, 95.0)}
     assert hangs.stuck_ranks(beats, 3, 104.0, 10) == []
     assert hangs.stuck_ranks(beats, 3, 105.0, 10) == [1, 2]  # rank 2 never beat since 95
-    assert hangs.ranges([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
+    assert stacks.ranges([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
 
 
 def test_a_save_within_its_allowance_is_no_hang_and_one_past_it_is(tmp_path):

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.observe.report import ReportError, find_runs, rank, terminal_table, write_report
+from slurmgen.observe.report import ReportError, find_runs, rank, terminal_table
+from slurmgen.observe.report_html import write_report
 
 pytestmark = pytest.mark.unit
 
@@ -201,7 +202,7 @@ def test_missing_matplotlib_is_one_line(sweep, tmp_path, monkeypatch):
 
 def test_report_never_imports_torch(sweep, tmp_path):
     code = ("import sys\n"
-            "from slurmgen.observe.report import find_runs, terminal_table, write_report\n"
+            "from slurmgen.observe.report import find_runs, terminal_table\nfrom slurmgen.observe.report_html import write_report\n"
             f"runs = find_runs([{str(sweep)!r}])\n"
             "terminal_table(runs)\n"
             f"write_report(runs, {str(tmp_path / 'out')!r})\n"

@@ -7,7 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from slurmgen.observe import watch as w
+from slurmgen.observe import watch
+from slurmgen.observe import watch_sweep as w
+from slurmgen.site.jobs import parse_records
 from slurmgen.cli import cli
 
 # Slurm 25.11's `scontrol show job -o 1201` for `#SBATCH --array=0-3%2`: tasks 0 and 1 run (jobs 1202,
@@ -55,7 +57,7 @@ def runs_after(polls):
     """Feed (job_id, records) polls to a Sweep, read the sweep lines as watch_sweep does."""
     sweep, logs = w.Sweep(), w.SweepLogs()
     for job_id, text in polls:
-        sweep.update(job_id, w.parse_records(text))
+        sweep.update(job_id, parse_records(text))
         for run in sweep.runs():
             if run.values is None and run.log is not None and (found := logs.find(run.log)):
                 w.apply_sweep_line(run, found)
@@ -88,8 +90,8 @@ def test_sweep_line_parses():
 
 def test_array_records_become_one_run_per_task(tmp_path):
     text = ARRAY.format(wd=tmp_path, s0="RUNNING", s1="RUNNING", r1="0")
-    records = w.parse_records(text)
-    assert w.is_array(records) and not w.is_array(w.parse_records(het(1300, "RUNNING", "RUNNING", tmp_path)))
+    records = parse_records(text)
+    assert w.is_array(records) and not w.is_array(parse_records(het(1300, "RUNNING", "RUNNING", tmp_path)))
     runs = w.runs_from_records("1201", records)
     assert [(r.job, r.task, r.state) for r in runs] == [
         ("1201_0", 0, "RUNNING"), ("1201_1", 1, "RUNNING"), ("1201_2", 2, "PENDING"), ("1201_3", 3, "PENDING")]
@@ -170,11 +172,11 @@ def test_summary_line_and_exit_status():
 
 def test_a_run_scontrol_stops_listing_keeps_its_last_state_and_an_unknown_id_is_unknown(tmp_path):
     sweep = w.Sweep()
-    sweep.update("1300", w.parse_records(het(1300, "RUNNING", "RUNNING", tmp_path)))
+    sweep.update("1300", parse_records(het(1300, "RUNNING", "RUNNING", tmp_path)))
     sweep.update("1300", [])  # scontrol did not answer this time
     sweep.update("999", [])
     assert [(r.job, r.state) for r in sweep.runs()] == [("1300", "RUNNING"), ("999", "UNKNOWN")]
-    sweep.update("999", w.parse_records(het(999, "PENDING", "PENDING", tmp_path)))
+    sweep.update("999", parse_records(het(999, "PENDING", "PENDING", tmp_path)))
     assert [(r.job, r.state) for r in sweep.runs()] == [("1300", "RUNNING"), ("999", "PENDING")]
 
 
@@ -187,9 +189,10 @@ def fake_scontrol(monkeypatch, answers):
     def job_records(job_id):
         calls[job_id] = calls.get(job_id, 0) + 1
         texts = answers[job_id]
-        return w.parse_records(texts[min(calls[job_id] - 1, len(texts) - 1)])
+        return parse_records(texts[min(calls[job_id] - 1, len(texts) - 1)])
 
-    monkeypatch.setattr(w, "job_records", job_records)
+    for module in (w, watch):  # a sweep's loop and one plain job's
+        monkeypatch.setattr(module, "job_records", job_records)
     monkeypatch.setattr(w.time, "sleep", lambda seconds: None)
     return calls
 

@@ -2,8 +2,10 @@
 from the GPUs free now, and the others it considered."""
 
 from __future__ import annotations
+
 import dataclasses
 import sys
+
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
 

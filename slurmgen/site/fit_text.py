@@ -1,8 +1,10 @@
 """What `slurmgen fit` prints: the table of strategies, the JSON, and check's one-line verdict."""
 
 from __future__ import annotations
+
 import json
 from dataclasses import asdict
+
 from slurmgen.site.fit import Fit, Strategy
 
 

@@ -43,3 +43,6 @@ def overall_state(records: list[dict]) -> str:
     states = [r.get("JobState", "UNKNOWN") for r in records] or ["UNKNOWN"]
     ranked = sorted(states, key=lambda s: _SEVERITY.index(s) if s in _SEVERITY else 0)
     return ranked[0]
+
+
+NO_VALUE = ("", "(null)", "N/A")

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
 from slurmgen.submit.task import START_MARK
 
 

@@ -3,11 +3,12 @@ GPU runs, and what the submit path refuses before submitting."""
 
 from __future__ import annotations
 
+import math
+import os
 import socket
 from pathlib import Path
 from typing import Optional
-import math
-import os
+
 from slurmgen.plan import sweep
 from slurmgen.plan.launch import container_args, rank_exports
 from slurmgen.plan.passthrough import split_sbatch
