@@ -1,0 +1,85 @@
+"""The package's shape, checked: folders by where code runs, no import circles (counting imports
+inside functions too), no module over 350 lines, and each file saying its concern in its first line."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "slurmgen"
+MAX_LINES = 350
+# Where code runs: what each folder may import from slurmgen (the commands at the top import all).
+MAY_IMPORT = {
+    "plan": {"plan", "site"},  # site only for the installed Slurm release, by passthrough
+    "script": {"plan", "script"},
+    "site": {"plan", "site"},
+    "job": {"job", "site"},
+    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors"},
+    "observe": {"observe", "site"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every slurmgen module this file imports, at module level or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("slurmgen"):
+            for alias in node.names:  # `from slurmgen.plan import spec` names a module
+                child = f"{node.module}.{alias.name}"
+                found.add(child if (PACKAGE.parent / (child.replace(".", "/") + ".py")).exists() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("slurmgen")}
+    if isinstance(node := ast.parse(path.read_text()), ast.Module):  # `if TYPE_CHECKING:` imports are types only
+        for stmt in node.body:
+            if isinstance(stmt, ast.If) and getattr(stmt.test, "id", "") == "TYPE_CHECKING":
+                found -= {n.module for n in ast.walk(stmt) if isinstance(n, ast.ImportFrom)}
+    return found - {module_name(path)}
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: {m for m in imports_of(path) if m in MODULES} for name, path in MODULES.items()}
+
+
+def test_no_import_circles():
+    seen, stack, cycles = set(), [], []
+
+    def visit(name):
+        if name in stack:
+            cycles.append(stack[stack.index(name):] + [name])
+            return
+        if name in seen:
+            return
+        seen.add(name)
+        stack.append(name)
+        for child in sorted(GRAPH[name] - {n for n in GRAPH if n.count(".") < name.count(".") and name.startswith(n + ".")}):
+            visit(child)
+        stack.pop()
+
+    for name in sorted(GRAPH):
+        visit(name)
+    assert cycles == []
+
+
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_each_folder_imports_only_downward(folder):
+    wrong = sorted((name, target) for name, targets in GRAPH.items() if name.startswith(f"slurmgen.{folder}.")
+                   for target in targets if (target.split(".") + ["__init__"])[1] not in MAY_IMPORT[folder] | {"__init__"})
+    assert wrong == []
+
+
+def test_no_module_is_over_350_lines_and_each_says_its_concern_first():
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+    silent = [name for name, path in MODULES.items()
+              if not name.endswith("__main__") and not (ast.get_docstring(ast.parse(path.read_text())) or "").strip()]
+    assert silent == []
+
+
+def test_the_folders_are_the_architecture():
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert folders == ["job", "observe", "plan", "script", "site", "submit"]
