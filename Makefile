@@ -17,7 +17,7 @@ export SLURMGEN_SLURM := $(SLURM)
 SLURM_BIN := $(shell bash $(CLUSTER) bin --slurm $(SLURM) 2>/dev/null)
 TEST_PATH := $(CURDIR)/$(VENV)/bin:$(if $(SLURM_BIN),$(SLURM_BIN):)$(PATH)
 
-.PHONY: venv system-deps test unit demo bench cluster-up cluster-down clean
+.PHONY: venv system-deps test unit demo bench docs cluster-up cluster-down clean
 
 venv: $(VENV)/.installed
 
@@ -26,7 +26,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[train,test,report]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[train,test,report,docs]' --config-settings editable_mode=compat
 	touch $@
 
 # Debian's slurm-wlm, munge and shellcheck (and the SLURM version, built); only root can.
@@ -58,6 +58,11 @@ demo: venv system-deps
 
 bench: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash bench/run_all.sh
+
+# The docs site (docs/mkdocs.yml, pages in docs/pages/) into build/site; strict: a broken link,
+# anchor or include fails the build. Offline: no plugin fetches anything.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -f docs/mkdocs.yml -d $(CURDIR)/build/site
 
 cluster-up: system-deps
 	$(CLUSTER) up
