@@ -17,7 +17,7 @@ export SLURMGEN_SLURM := $(SLURM)
 SLURM_BIN := $(shell bash $(CLUSTER) bin --slurm $(SLURM) 2>/dev/null)
 TEST_PATH := $(CURDIR)/$(VENV)/bin:$(if $(SLURM_BIN),$(SLURM_BIN):)$(PATH)
 
-.PHONY: venv system-deps test unit demo bench cluster-up cluster-down clean
+.PHONY: venv system-deps test unit demo bench docs cluster-up cluster-down clean
 
 venv: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ venv: $(VENV)/.installed
 # where pip takes most of a minute, and compiles the bytecode once here rather than in every rank
 # of the first job; pip is the fallback wherever uv cannot be had or fails. uv reads no pip.conf,
 # so it is given pip's configured wheel directories (find-links) and constraints.
-EXTRAS := train,test,report
+EXTRAS := train,test,report,docs
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@start=$$SECONDS; $(PYTHON) -m venv $(VENV) || exit 1; \
 	pipconf=$$($(PY) -m pip config list 2>/dev/null); \
@@ -71,6 +71,11 @@ demo:
 
 bench: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash bench/run_all.sh
+
+# The docs site (docs/mkdocs.yml, pages in docs/pages/) into build/site; strict: a broken link,
+# anchor or include fails the build. Offline: no plugin fetches anything.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -f docs/mkdocs.yml -d $(CURDIR)/build/site
 
 cluster-up: system-deps
 	$(CLUSTER) up
