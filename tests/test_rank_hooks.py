@@ -3,6 +3,7 @@ train, started the way a job starts its ranks: train/rank_hooks first on PYTHONP
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -71,6 +72,15 @@ def test_not_a_rank_and_hooks_off_write_nothing(hf_cache, tmp_path):
                          env=hooked_env(hf_cache, tmp_path))
     assert run.returncode == 0, run.stderr
     assert not (tmp_path / "beats").exists()
+    # Nor does such a process import any of slurmgen's train modules (28 ms each time).
+    probe = "import sitecustomize, torch.optim, transformers.trainer; print(sorted(sitecustomize._ours))"
+    for rank in (None, "0"):
+        env = hooked_env(hf_cache, tmp_path, **({"RANK": rank} if rank else {}))
+        run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120, env=env)
+        assert run.returncode == 0, run.stderr
+        hooked = {"train.script_hooks", "train.trainer_hooks"} <= set(ast.literal_eval(run.stdout))
+        assert hooked == bool(rank) and (rank or run.stdout == "[]\n"), run.stdout
     env = hooked_env(hf_cache, tmp_path, RANK="0")
     del env["SLURMGEN_HEARTBEAT_DIR"]
     run = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)

@@ -122,5 +122,6 @@ def _chain():
 
 
 if __name__ == "sitecustomize":
-    install()
+    if "RANK" in os.environ:  # a rank: torchrun's agent, preflight and the user's tools need nothing
+        install()
     _chain()
