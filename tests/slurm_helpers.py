@@ -226,6 +226,24 @@ def requeue_is_old(info: Dict, seen_since: float) -> bool:
             and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER)
 
 
+class RequeueNudger:
+    """Given each poll of a job (job_info), ``nudge``s it while a requeue leaves it PENDING, once
+    that requeue is old enough (``requeue_is_old``) and at most every 2 s."""
+
+    def __init__(self, job_id: JobId):
+        self.job_id, self.last = job_id, 0.0
+        self.pending_since: Dict[str, float] = {}  # first seen pending, per restart count
+
+    def __call__(self, info: Dict) -> None:
+        restarts = info.get("Restarts", "0") or "0"
+        if int(restarts) < 1 or not any(c.get("JobState") == "PENDING" for c in info["components"]):
+            return
+        since = self.pending_since.setdefault(restarts, time.monotonic())
+        if requeue_is_old(info, since) and time.monotonic() - self.last > 2:
+            nudge(self.job_id)
+            self.last = time.monotonic()
+
+
 def nudge_requeued(job_id: JobId, timeout: float = 30) -> bool:
     """``nudge`` a requeued (PENDING) job once ``requeue_is_old``."""
     seen_since = time.monotonic()

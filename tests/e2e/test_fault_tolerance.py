@@ -94,8 +94,7 @@ def wait_progress(job_id: str, run_dir: Path, steps: int, timeout: float = 180) 
 def wait_with_nudges(job_id: str, timeout: float) -> dict:
     """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1)."""
     deadline = time.monotonic() + timeout
-    last_nudge = 0.0
-    pending_since: dict[str, float] = {}  # when this test first saw the job pending after each requeue
+    nudge = slurm_helpers.RequeueNudger(job_id)
     while True:
         try:
             info = slurm_helpers.job_info(job_id)
@@ -104,13 +103,7 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
         if info is not None:
             if slurm_helpers.is_finished(info):
                 return slurm_helpers.wait_job(job_id, timeout=10)
-            pending = any(c.get("JobState") == "PENDING" for c in info["components"])
-            restarts = info.get("Restarts", "0") or "0"
-            if pending and int(restarts) >= 1:
-                since = pending_since.setdefault(restarts, time.monotonic())
-                if slurm_helpers.requeue_is_old(info, since) and time.monotonic() - last_nudge > 2:
-                    slurm_helpers.nudge(job_id)
-                    last_nudge = time.monotonic()
+            nudge(info)
         if time.monotonic() > deadline:
             slurm_helpers.cancel(job_id)
             raise TimeoutError(f"job {job_id} not finished after {timeout:g} s:\n"

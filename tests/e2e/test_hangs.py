@@ -353,15 +353,11 @@ def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: flo
     path = workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}"
     deadline = time.monotonic() + timeout
     first = None  # (step, pid) of this rank's first beat seen
-    pending_since, last_nudge = None, 0.0
+    nudge = slurm_helpers.RequeueNudger(job_id)  # a requeued het job may need one
     while True:
         info = slurm_helpers.job_info(job_id)
         assert not slurm_helpers.is_finished(info), job_log(workdir, job_id)[-6000:]
-        if restarts and any(c.get("JobState") == "PENDING" for c in info["components"]):
-            pending_since = pending_since or time.monotonic()  # a requeued het job may need a nudge
-            if slurm_helpers.requeue_is_old(info, pending_since) and time.monotonic() - last_nudge > 2:
-                slurm_helpers.nudge(job_id)
-                last_nudge = time.monotonic()
+        nudge(info)
         assert time.monotonic() < deadline, f"rank {rank} of run {restarts} never beat"
         try:
             step, host, pid, saving = read_beat(path)
