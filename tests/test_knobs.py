@@ -161,10 +161,22 @@ def test_preflight_checks_the_interface_names_on_each_node(render_args):
     text, _ = render_text(render_args)
     report = text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
     here = sorted(name for _, name in socket.if_nameindex())[0]
+    nccl_version = next((v for v in (_version(f"nvidia-nccl-cu{c}") for c in (13, 12, 11)) if v), "none")
     expected = {here[:1]: "found", "zzq": "MISSING: zzq", f"={here}": "found", f"={here},zzq0": f"MISSING: ={here},zzq0",
                 "^docker": "found", "": "found"}
     for nccl, verdict in expected.items():
         run = subprocess.run([sys.executable, "-c", report, "module", "json", "", "0"], capture_output=True, text=True,
                              env=dict(os.environ, NCCL_SOCKET_IFNAME=nccl))
         assert run.returncode == 0, run.stderr
-        assert json.loads(run.stdout.split(" ", 1)[1])["interface"] == verdict, nccl
+        found = json.loads(run.stdout.split(" ", 1)[1])
+        assert found["interface"] == verdict, nccl
+        assert found["nccl"] == nccl_version  # NCCL's own version, whatever the interfaces are
+
+
+def _version(name):
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -108,15 +108,15 @@ nccl = next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) 
 kind, target, model, expected = sys.argv[1:5]
 try: found = importlib.util.find_spec(target) if kind == "module" else shutil.which(target) if kind == "exec" else os.path.isfile(target)
 except ImportError: found = False
-nccl = os.environ.get("NCCL_SOCKET_IFNAME", ""); names = [n for _, n in socket.if_nameindex()]
-want = [w for w in nccl.lstrip("=").split(",") if w and nccl[:1] != "^"]  # "=": exact names, else prefixes
-iface_ok = all(w in names for w in want) if nccl[:1] == "=" else not want or any(n.startswith(w) for w in want for n in names)
+ifnames = os.environ.get("NCCL_SOCKET_IFNAME", ""); names = [n for _, n in socket.if_nameindex()]
+want = [w for w in ifnames.lstrip("=").split(",") if w and ifnames[:1] != "^"]  # "=": exact names, else prefixes
+iface_ok = all(w in names for w in want) if ifnames[:1] == "=" else not want or any(n.startswith(w) for w in want for n in names)
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
 print("SLURMGEN_PREFLIGHT " + json.dumps({
     "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "python": platform.python_version(), "torch": version("torch"), "nccl": nccl,
     **{n: version(n) for n in ("transformers", "trl", "datasets")}, "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if found else "MISSING: " + target,
-    "interface": "found" if iface_ok else "MISSING: " + nccl,
+    "interface": "found" if iface_ok else "MISSING: " + ifnames,
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model, "gpu_models": [[f.strip() for f in l.split(",")] for l in smi.splitlines() if l.count(",") == 2],
 }), flush=True)
 PY
