@@ -29,7 +29,7 @@ def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
     # A plain list is prefixes to NCCL: the script finds its node's exact name for gloo.
     text, _ = render_text(render_args, "--nccl-socket-ifname", "ib,eth")
     assert "export NCCL_SOCKET_IFNAME='ib,eth'\n" in text
-    assert "GLOO_SOCKET_IFNAME=$(sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev | LC_ALL=C sort | grep -m1 -E '^(ib|eth)')" in text
+    assert "IFACE_PATTERN='^(ib|eth)'\n" in text  # the job runtime's node_iface looks it up on each node
     # ... on every node, in every launch step, not once on the batch host for all.
     launch = [line for line in text.splitlines() if "bash -c '" in line]
     assert launch and all("bash -c 'node_iface || exit; exec" in line for line in launch)
@@ -71,16 +71,17 @@ def test_containers_only_when_asked(render_args, tmp_path):
     boxed, _ = render_text(render_args, "--log-dir", str(logs),
                            "--container-image", "nvcr.io#nvidia/pytorch:24.01-py3",
                            "--container-mounts", "/data:/data", "--", "--output_dir", "/scratch/run")
-    srun_lines = [l for l in boxed.splitlines() if l.lstrip().startswith("srun ")]
-    assert len(srun_lines) == 2  # preflight and training
-    for line in srun_lines:
-        assert "--container-image='nvcr.io#nvidia/pytorch:24.01-py3'" in line
-        # One name per job: every step after the first reuses the imported image on its node.
-        assert '--container-name=slurmgen-"$SLURM_JOB_ID"' in line
-        assert '--container-workdir="$SLURM_SUBMIT_DIR"' in line
+    # Every step's srun takes the pyxis flags: both training steps, and preflight's (the job runtime's).
+    srun_lines = [l for l in boxed.splitlines() if l.lstrip().startswith("exec srun ")]
+    assert len(srun_lines) == 1 and 'exec srun "${CONTAINER_SRUN[@]}" --nodes=2' in srun_lines[0]
+    flags = next(l for l in boxed.splitlines() if l.startswith("CONTAINER_SRUN=("))
+    assert "--container-image='nvcr.io#nvidia/pytorch:24.01-py3'" in flags
+    # One name per job: every step after the first reuses the imported image on its node.
+    assert '--container-name=slurmgen-"$SLURM_JOB_ID"' in flags
+    assert '--container-workdir="$SLURM_SUBMIT_DIR"' in flags
     # What the shell makes of the mounts: the user's, then the working, log and output dirs
     # (stop and outcome files, checkpoints) at the same path inside.
-    mounts = srun_lines[0].split("--container-mounts=", 1)[1].split(" --container-workdir=")[0]
+    mounts = flags.split("--container-mounts=", 1)[1].split(" --container-workdir=")[0]
     expanded = subprocess.run(["bash", "-c", f"printf %s {mounts}"], capture_output=True, text=True,
                               env={"SLURM_SUBMIT_DIR": "/home/u/proj"}).stdout
     expanded = "--container-mounts=" + expanded
@@ -150,7 +151,7 @@ def test_exclusive_reaches_the_submit_path():
     assert "exclusive" not in submission.slurm_parameters(JobSpec(gpus=(1, 2)))
 
 
-def test_preflight_checks_the_interface_names_on_each_node(render_args):
+def test_preflight_checks_the_interface_names_on_each_node():
     """The preflight report that every node runs: NCCL's prefixes need a match there, an exact
     list every name, an exclusion list nothing (the node's own namespace, as Python sees it)."""
     import json
@@ -158,8 +159,9 @@ def test_preflight_checks_the_interface_names_on_each_node(render_args):
     import socket
     import sys
 
-    text, _ = render_text(render_args)
-    report = text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    from slurmgen.job import runtime
+
+    report = (runtime.RUNTIME.parent / "node_report.py").read_text()
     here = sorted(name for _, name in socket.if_nameindex())[0]
     nccl_version = next((v for v in (_version(f"nvidia-nccl-cu{c}") for c in (13, 12, 11)) if v), "none")
     expected = {here[:1]: "found", "zzq": "MISSING: zzq", f"={here}": "found", f"={here},zzq0": f"MISSING: ={here},zzq0",

@@ -159,10 +159,14 @@ def contains(haystack: list[str], flag: str) -> bool:
 
 
 def training_steps(script: str) -> str:
-    """The training sruns of a rendered script (each from start_component to its target)."""
+    """The training sruns of a rendered script (each launch function's, from srun to its target),
+    with the container words the launch lines take from CONTAINER_SRUN and CONTAINER_EXEC."""
+    for name in ("CONTAINER_SRUN", "CONTAINER_EXEC"):
+        words = next((l.split("=(", 1)[1].rsplit(")", 1)[0] for l in script.splitlines() if l.startswith(f"{name}=(")), "")
+        script = script.replace(f'"${{{name}[@]}}"', words)
     lines, keep = [], False
     for line in script.splitlines():
-        keep = keep or "start_component '" in line
+        keep = keep or line.lstrip().startswith("exec srun ")
         if keep:
             lines.append(line.rstrip("\\"))
         if '"${TARGET[@]}"' in line:

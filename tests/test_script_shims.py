@@ -76,16 +76,17 @@ def test_uneven_layout_starts_one_torchrun_per_node(render_args, tmp_path):
 
 
 def test_srun_launcher_exports_rank_offsets(render_args, tmp_path):
+    (tmp_path / "nothing.py").write_text("")
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun",
-                       "--python", "true")
+                       "--script", str(tmp_path / "nothing.py"))
     proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     sruns = sorted(calls(tmp_path, "srun"), key=lambda s: s["opts"]["het-group"])
     assert [(s["opts"]["nodes"], s["opts"]["ntasks-per-node"]) for s in sruns] == [("2", "1"), ("2", "2")]
     text = script.read_text()
-    assert "SLURMGEN_RANK_OFFSET=0 SLURMGEN_NODE_OFFSET=0 start_component" in text
-    assert "SLURMGEN_RANK_OFFSET=2 SLURMGEN_NODE_OFFSET=2 start_component" in text
+    assert "export RANK=$(( 0 + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( 0 + SLURM_NODEID ))" in text
+    assert "export RANK=$(( 2 + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( 2 + SLURM_NODEID ))" in text
 
 
 def test_srun_launcher_gives_every_task_torchruns_variables(render_args, tmp_path):

@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,7 +41,8 @@ SCONTROL = """#!/bin/bash
 """
 # The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`;
 # its runs of slurmgen's own modules (failures, the hang watch) are not what this test follows.
-PYTHON = """#!/bin/bash
+PYTHON = f"""#!/bin/bash
+[[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec {sys.executable} "$@"  # the job runtime's path
 [[ $1 == -m && $2 == slurmgen.* ]] && exit 0
 printf '%s\\0' "$@" > "$SHIM_DIR/argv"
 printf '%s\\0' "$FUZZ_VALUE" > "$SHIM_DIR/env"

@@ -22,6 +22,8 @@ def test_wheel_installs_and_finds_templates(tmp_path):
         metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
         # the ranks of a user's own script load it (--rank-hooks)
         assert "train/rank_hooks/sitecustomize.py" in whl.namelist()
+        # every generated script sources the job runtime; preflight runs the node report
+        assert {"slurmgen/job/runtime.sh", "slurmgen/job/node_report.py"} <= set(whl.namelist())
     assert 'Requires-Dist: tomli>=1.1; python_version < "3.11"' in metadata.splitlines(), metadata
     assert "Requires-Python: >=3.9" in metadata
     fresh = tmp_path / "fresh"
@@ -38,7 +40,10 @@ def test_wheel_installs_and_finds_templates(tmp_path):
                             cwd=work, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "world size 6" in result.stdout
-    assert (work / "generated.sh").read_text().count("srun --het-group=") == 4
+    assert (work / "generated.sh").read_text().count("exec srun --het-group=") == 2
+    runtime = subprocess.run([fresh / "bin" / "python", "-m", "slurmgen.job.runtime"], cwd=work,
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert runtime.startswith(str(fresh)) and Path(runtime).is_file(), runtime
     where = subprocess.run([fresh / "bin" / "python", "-c",
                             "import slurmgen.script.render as r; print(r.template_dir())"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.strip()

@@ -1,5 +1,5 @@
 """Preflight's verdict, run by the batch script (python -m slurmgen.job.preflight LOG NODES): compare
-the reports every node wrote (SLURMGEN_PREFLIGHT lines, from the script's PREFLIGHT_REPORT) and
+the reports every node wrote (SLURMGEN_PREFLIGHT lines, from slurmgen.job.node_report) and
 stop the job before training when a node differs from the others or lacks what the job needs."""
 
 from __future__ import annotations

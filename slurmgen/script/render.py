@@ -129,7 +129,7 @@ def _master_iface(spec) -> str:
     if not spec.nccl_socket_ifname:
         return ""
     if iface_prefixes(spec.nccl_socket_ifname):
-        return '"$GLOO_SOCKET_IFNAME"'
+        return ""  # the runtime takes the one it finds on rank 0's node
     gloo = gloo_socket_ifname(spec.nccl_socket_ifname)
     return shell_quote(gloo.split(",")[0]) if gloo else ""
 
@@ -162,6 +162,15 @@ def _container_flags(spec) -> str:
         name, _, value = flag.partition("=")
         quoted.append(f"{name}={_quote_keeping_vars(value)} ")
     return "".join(quoted)
+
+
+def _port_settings(spec, plan) -> str:
+    """The job runtime's rendezvous port: --master-port (a sweep's run i takes port + i), else
+    LOW + job id % SPAN (slurmgen.plan.launch.job_port), so that two jobs on a node differ."""
+    if spec.master_port:
+        return f"MASTER_PORT=$(( {spec.master_port} + RUN ))" if plan.runs else f"MASTER_PORT={spec.master_port}"
+    low, high = spec.port_range
+    return f"PORT_LOW={low} PORT_SPAN={high - low + 1}"
 
 
 def _component_name(comp) -> str:
@@ -203,7 +212,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
         "master_ip_iface": _master_iface(spec),
         "iface_pattern": _iface_pattern(spec),
-        # Launch steps first take their own node's interface (rendezvous.sh.j2: node_iface).
+        # Launch steps first take their own node's interface (the job runtime's node_iface).
         "node_setup": "node_iface || exit; " if _iface_pattern(spec) else "",
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
@@ -218,7 +227,9 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "stop_wait": stop_wait,
         # A script that does not take the stop file (no Trainer) keeps training this long after
         # a warning, then gets SIGTERM
-        "stop_grace": min(30, stop_wait),
+        "stop_grace": min(30, stop_wait) if spec.rank_hooks_on else 0,
+        # The rendezvous port: fixed (plus the run of a sweep), or from the job id in a range
+        "port_settings": _port_settings(spec, plan),
         # GPUS:NODES per component (slurmgen.job.retry), GROUP:NODES per srun (slurmgen.job.hangs)
         "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
         "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),

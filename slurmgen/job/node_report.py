@@ -1,0 +1,66 @@
+"""One node's preflight report, run by every node's own Python (inside the job's container, if any)
+as `python -c "$(cat node_report.py)" KIND TARGET MODEL GPUS`: one SLURMGEN_PREFLIGHT line of JSON
+that slurmgen.job.preflight compares across nodes. Standard library only: the image may lack slurmgen."""
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+
+
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
+def gpu_models():
+    """[name, MiB, compute capability] per GPU, from nvidia-smi (none without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.count(",") == 2]
+
+
+def target_found(kind, target):
+    try:
+        if kind == "module":
+            return importlib.util.find_spec(target) is not None
+        return bool(shutil.which(target)) if kind == "exec" else os.path.isfile(target)
+    except ImportError:
+        return False
+
+
+def interfaces_found(nccl_names):
+    """NCCL's interface names here: "=" exact names (all needed), "^" names to avoid, else
+    prefixes (one match is enough: each node takes its first for gloo)."""
+    here = [name for _, name in socket.if_nameindex()]
+    wanted = [w for w in nccl_names.lstrip("=").split(",") if w and nccl_names[:1] != "^"]
+    if nccl_names[:1] == "=":
+        return all(w in here for w in wanted)
+    return not wanted or any(name.startswith(w) for w in wanted for name in here)
+
+
+kind, target, model, expected = sys.argv[1:5]
+nccl_names = os.environ.get("NCCL_SOCKET_IFNAME", "")
+gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+report = {
+    "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+    "python": platform.python_version(),
+    "torch": version("torch"),
+    "nccl": next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) if v != "missing"), "none"),
+    **{name: version(name) for name in ("transformers", "trl", "datasets")},
+    "gpus": "%d of %s" % (len(gpus), expected),
+    "target": "found" if target_found(kind, target) else "MISSING: " + target,
+    "interface": "found" if interfaces_found(nccl_names) else "MISSING: " + nccl_names,
+    "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
+    "gpu_models": gpu_models(),
+}
+print("SLURMGEN_PREFLIGHT " + json.dumps(report), flush=True)
