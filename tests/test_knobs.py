@@ -124,11 +124,12 @@ def test_master_port_is_one_formula_for_scripts_and_tasks():
     """The batch shell's MASTER_PORT and the submit path's are the same function of the job id."""
     import subprocess
 
-    from slurmgen.plan.launch import job_port, job_port_shell
+    from slurmgen.job.runtime import RUNTIME
+    from slurmgen.plan.launch import job_port, job_port_settings
 
     for port_range in ((20000, 29999), (31000, 31007)):
         for job_id in (1, 7, 10_007, 123_456_789):
-            shell = subprocess.run(["bash", "-c", f"echo $(( {job_port_shell(port_range)} ))"],
+            shell = subprocess.run(["bash", "-c", f"{job_port_settings(port_range)}; source {RUNTIME}; job_port"],
                                    env={"SLURM_JOB_ID": str(job_id)}, capture_output=True, text=True)
             assert int(shell.stdout) == job_port(str(job_id), port_range)
             assert port_range[0] <= job_port(str(job_id), port_range) <= port_range[1]

@@ -83,8 +83,12 @@ find_rendezvous() {
             return 1
         fi
     fi
-    MASTER_PORT=${MASTER_PORT:-$(( PORT_LOW + SLURM_JOB_ID % PORT_SPAN ))}  # two jobs on a node differ
+    MASTER_PORT=${MASTER_PORT:-$(job_port)}
     export MASTER_ADDR MASTER_PORT
+}
+
+job_port() {  # two jobs on a node get different ports (slurmgen.plan.launch.job_port, for the submit path)
+    echo $(( PORT_LOW + SLURM_JOB_ID % PORT_SPAN ))
 }
 
 # ---- this run's files in the log directory -------------------------------------------------------

@@ -19,10 +19,10 @@ def job_port(job_id: str, port_range: tuple[int, int]) -> int:
     return low + int(digits) % (high - low + 1)
 
 
-def job_port_shell(port_range: tuple[int, int]) -> str:
-    """job_port as shell arithmetic on $SLURM_JOB_ID."""
+def job_port_settings(port_range: tuple[int, int]) -> str:
+    """job_port's range as the job runtime's settings (its job_port is the same function)."""
     low, high = port_range
-    return f"{low} + SLURM_JOB_ID % {high - low + 1}"
+    return f"PORT_LOW={low} PORT_SPAN={high - low + 1}"
 
 
 def container_dirs(spec: JobSpec, *dirs: Optional[str]) -> list[str]:

@@ -14,7 +14,7 @@ from slurmgen import __version__
 from slurmgen.plan.layout import Plan, model_path
 from slurmgen.plan.passthrough import sbatch_lines
 from slurmgen.plan.sweep import dependency, waits_for
-from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes, job_port_shell, rank_exports)
+from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes, job_port_settings, rank_exports)
 from slurmgen.plan.spec import DEFAULT_LOG_NAME
 from slurmgen.plan.words import count_runs
 
@@ -169,8 +169,7 @@ def _port_settings(spec, plan) -> str:
     LOW + job id % SPAN (slurmgen.plan.launch.job_port), so that two jobs on a node differ."""
     if spec.master_port:
         return f"MASTER_PORT=$(( {spec.master_port} + RUN ))" if plan.runs else f"MASTER_PORT={spec.master_port}"
-    low, high = spec.port_range
-    return f"PORT_LOW={low} PORT_SPAN={high - low + 1}"
+    return job_port_settings(spec.port_range)
 
 
 def _component_name(comp) -> str:
@@ -186,8 +185,6 @@ def run_length(counts) -> str:
 
 def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
-    nodelist_vars = [f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}" if plan.heterogeneous
-                     else "SLURM_JOB_NODELIST" for c in plan.components]
     # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
     stop_wait = max(spec.grace - 10, 5)
     context = {
@@ -200,10 +197,6 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "output_pattern": output_pattern(spec.log_dir, spec.log_name),
         "error_pattern": output_pattern(spec.log_dir, spec.error_name) if spec.error_log else "",
         "layout": run_length(spec.gpus),
-        "job_port": job_port_shell(spec.port_range),
-        "component_nodelist_vars": nodelist_vars,
-        # Each component's node list as the monitor names it; empty outside an allocation.
-        "component_nodes": [f'"${{{var}:-}}"' for var in nodelist_vars],
         "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
         "component_options": [_component_options(spec, c) for c in plan.components],
@@ -230,9 +223,6 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "stop_grace": min(30, stop_wait) if spec.rank_hooks_on else 0,
         # The rendezvous port: fixed (plus the run of a sweep), or from the job id in a range
         "port_settings": _port_settings(spec, plan),
-        # GPUS:NODES per component (slurmgen.job.retry), GROUP:NODES per srun (slurmgen.job.hangs)
-        "retry_layout": ",".join(f"{c.gpus_per_node}:{c.nodes}" for c in plan.components),
-        "hang_groups": ",".join(f"{c.index if plan.heterogeneous else '-'}:{c.nodes}" for c in plan.components),
         "dependency": dependency(spec.after),
     }
     return environment().get_template("job.sh.j2").render(context)
