@@ -28,6 +28,18 @@ def check(tmp_path: Path, *args):
                            *args], capture_output=True, text=True, cwd=tmp_path)
 
 
+def wait_responding(node: str, timeout: float = 60) -> None:
+    """Until NODE answers again: Slurm 25.11 shows a resumed node as not responding (idle*) for a
+    few seconds, and the next test would see it left out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        if state and not state.endswith("*"):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} still not responding after {timeout:g} s: {state}")
+
+
 def test_an_idle_cluster_gives_1_1_2_2_and_too_much_is_refused(cluster, tmp_path):
     done = render(tmp_path, "--gpus", "auto", "--world-size", "6", "--check")
     assert done.returncode == 0, done.stderr
@@ -50,6 +62,7 @@ def test_a_drained_node_is_skipped_and_named(cluster, tmp_path):
         done = render(tmp_path, "--gpus", "auto", "--world-size", "5")
     finally:
         subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+        wait_responding("node2")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[:2] == ["--gpus auto: 1,2,2 on node[1,3-4] (world size 5, from the GPUs free now)",
                                             "  node2: idle+drain (slurmgen-test)"]
