@@ -14,7 +14,8 @@ from slurmgen import __version__
 from slurmgen.plan.layout import Plan, model_path
 from slurmgen.plan.passthrough import sbatch_lines
 from slurmgen.plan.sweep import dependency, waits_for
-from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes, job_port_settings, rank_exports)
+from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes,
+                                  job_port_settings, rank_exports)
 from slurmgen.plan.spec import DEFAULT_LOG_NAME
 from slurmgen.plan.words import count_runs
 
@@ -187,6 +188,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
     # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
     stop_wait = max(spec.grace - 10, 5)
+    iface_pattern = _iface_pattern(spec)
     context = {
         "spec": spec,
         "plan": plan,
@@ -204,9 +206,9 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # Launcher flags after slurmgen's own; a program is started as it is, without Python.
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
         "master_ip_iface": _master_iface(spec),
-        "iface_pattern": _iface_pattern(spec),
+        "iface_pattern": iface_pattern,
         # Launch steps first take their own node's interface (the job runtime's node_iface).
-        "node_setup": "node_iface || exit; " if _iface_pattern(spec) else "",
+        "node_setup": "node_iface || exit; " if iface_pattern else "",
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
