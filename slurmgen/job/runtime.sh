@@ -31,24 +31,24 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     watch_components
 }
 
-count_layout() {  # NODES; RETRY_LAYOUT: GPUS:NODES per component; HANG_GROUPS: HET_GROUP:NODES per srun
+count_layout() {  # NODES; HET (1: a het job); RETRY_LAYOUT: GPUS:NODES per component; HANG_GROUPS: HET_GROUP:NODES per srun
     local i retry=() hang=()
-    NODES=0
+    NODES=0 HET=$(( ${#COMPONENT_NAMES[@]} > 1 ))
     for i in "${!COMPONENT_NODES[@]}"; do
         NODES=$(( NODES + COMPONENT_NODES[i] ))
         retry+=("${COMPONENT_GPUS[i]}:${COMPONENT_NODES[i]}")
-        hang+=("$( (( ${#COMPONENT_NAMES[@]} == 1 )) && echo - || echo "$i"):${COMPONENT_NODES[i]}")
+        hang+=("$( (( HET )) && echo "$i" || echo -):${COMPONENT_NODES[i]}")
     done
     RETRY_LAYOUT=$(IFS=,; echo "${retry[*]}") HANG_GROUPS=$(IFS=,; echo "${hang[*]}")
 }
 
 het_group() {  # I: srun's flag for component I of a heterogeneous job, nothing for one component
-    (( ${#COMPONENT_NAMES[@]} == 1 )) || echo "--het-group=$1"
+    (( ! HET )) || echo "--het-group=$1"
 }
 
 component_nodes() {  # I: component I's node list (empty outside an allocation)
     local var=SLURM_JOB_NODELIST
-    (( ${#COMPONENT_NAMES[@]} == 1 )) || var=SLURM_JOB_NODELIST_HET_GROUP_$1
+    (( ! HET )) || var=SLURM_JOB_NODELIST_HET_GROUP_$1
     echo "${!var:-}"
 }
 
