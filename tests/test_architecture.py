@@ -15,7 +15,7 @@ MAY_IMPORT = {
     "site": {"plan", "site"},
     "job": {"job", "site"},
     "submit": {"submit", "plan", "site", "job", "observe", "options", "errors"},
-    "observe": {"observe", "site"},
+    "observe": {"observe", "site", "job"},  # job: where a job's folder is
 }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from slurmgen.job import hangs, stacks
 from slurmgen.job import retry
+from slurmgen.job.record import Failure
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,11 +155,12 @@ def test_the_crashed_node_is_where_the_failure_began():
 
 
 def test_exclusion_and_whether_the_layout_still_fits():
-    crash = lambda node: {"why": "crash", "node": node}
+    crash = lambda node: Failure("crash", node)
     assert retry.to_exclude([crash("node3")], []) == []
-    assert retry.to_exclude([crash("node3"), {"why": "hang", "node": "node3"}], []) == ["node3"]
-    assert retry.to_exclude([{"why": "node", "node": "node2"}], ["node7"]) == ["node2", "node7"]
-    one_one_two_two = retry.parse_layout("1:2,2:2")
+    assert retry.to_exclude([crash("node3"), Failure("hang", "node3")], []) == ["node3"]
+    assert retry.to_exclude([Failure("node", "node2")], ["node7"]) == ["node2", "node7"]
+    assert retry.to_exclude([Failure("preflight", "node4")], []) == ["node4"]  # node-level: at once
+    one_one_two_two = [(1, 2), (2, 2)]
     assert retry.layout_fits(one_one_two_two, [1, 1, 2, 2])
     assert retry.layout_fits(one_one_two_two, [2, 2, 2, 2])  # a 2-GPU node can host a 1-GPU part
     assert not retry.layout_fits(one_one_two_two, [1, 1, 1, 2, 2, 4][:4] + [1])

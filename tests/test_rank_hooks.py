@@ -150,6 +150,6 @@ def test_watch_shows_the_step_of_rank_0s_beat_when_there_is_no_progress_file(tmp
 
     records = [{"JobId": "77", "StdOut": str(tmp_path / "slurmgen-77.out")}]
     assert beat_progress(records) is None
-    (tmp_path / ".heartbeat-77").mkdir()
-    (tmp_path / ".heartbeat-77" / "rank-0").write_text("0 42 1796424631.029 node1 7806\n")
+    (tmp_path / ".slurmgen-77" / "beats").mkdir(parents=True)
+    (tmp_path / ".slurmgen-77" / "beats" / "rank-0").write_text("0 42 1796424631.029 node1 7806\n")
     assert progress_line("RUNNING", beat_progress(records)) == "[RUNNING   ] step 42"

@@ -149,7 +149,7 @@ def test_a_failure_after_training_started_is_retried(render_args, tmp_path):
     assert "slurmgen: failure 1 of at most 2 (crash): requeueing job 1234 to resume from its newest checkpoint\n" \
         in proc.stdout, proc.stdout + proc.stderr
     assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
-    failures = json.loads((tmp_path / "logs" / ".failures-1234").read_text())["failures"]
+    failures = json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["failures"]
     assert failures == [{"why": "crash", "node": ""}]
     # Two more: the third is one too many.
     subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
@@ -246,8 +246,8 @@ def test_a_script_that_takes_no_stop_file_is_stopped_after_a_grace_and_requeued(
 
 def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
-    (tmp_path / "logs").mkdir(exist_ok=True)
-    (tmp_path / "logs" / ".restarts-1234").write_text("1\n")  # what the first requeue left
+    (tmp_path / "logs" / ".slurmgen-1234").mkdir(parents=True)
+    (tmp_path / "logs" / ".slurmgen-1234" / "state.json").write_text('{"restarts": 1}')  # what the first requeue left
     rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"))
     assert rc == 1
     assert "slurmgen: job 1234 (restart 1 of at most 1)" in out
@@ -262,7 +262,7 @@ def test_restarts_are_counted_in_the_log_dir_not_by_slurm(render_args, tmp_path)
                                                   SLURM_RESTART_COUNT="5"))
     assert rc == 0, err
     assert "checkpoint saved at step 4; requeueing job 1234 (restart 1 of at most 1)" in out
-    assert (tmp_path / "logs" / ".restarts-1234").read_text() == "1\n"
+    assert json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["restarts"] == 1
 
 
 def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
@@ -271,7 +271,7 @@ def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "0")
     proc = subprocess.Popen(["bash", str(script)],
                             env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 9", SHIM_PREEMPTED="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     time.sleep(2)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + 30
@@ -279,10 +279,11 @@ def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
         time.sleep(0.2)
     time.sleep(1)
     assert proc.poll() is None, "the script must wait for Slurm to requeue it"
-    proc.kill()  # what Slurm does at the end of the GraceTime
+    os.killpg(proc.pid, signal.SIGKILL)  # what Slurm does to the job's processes at the end of the GraceTime
     out, _ = proc.communicate(timeout=30)
     assert "slurmgen: checkpoint saved at step 9; job 1234 preempted: Slurm requeues it" in out
-    assert not requeued(tmp_path) and not (tmp_path / "logs" / ".restarts-1234").exists()
+    assert not requeued(tmp_path)
+    assert json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["restarts"] == 0
 
 
 def test_term_is_a_stop_request_too(render_args, tmp_path):
@@ -348,15 +349,15 @@ def test_a_run_that_finished_is_not_repeated_when_slurm_requeues_it_again(render
     # Slurm 25.11 requeues a preempted het job once more after its resumed run finished; that
     # run's outcome says so, and the next run ends at once instead of training again.
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    (tmp_path / "logs").mkdir(exist_ok=True)
-    (tmp_path / "logs" / ".outcome-1234").write_text("finished 30\n")
+    (tmp_path / "logs" / ".slurmgen-1234").mkdir(parents=True)
+    (tmp_path / "logs" / ".slurmgen-1234" / "outcome").write_text("finished 30\n")
     proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "slurmgen: finished in an earlier run"
     assert not (tmp_path / "calls.jsonl").exists() or calls(tmp_path, "srun") == []
     # a run that was stopped is resumed as before
-    (tmp_path / "logs" / ".outcome-1234").write_text("stopped 12\n")
+    (tmp_path / "logs" / ".slurmgen-1234" / "outcome").write_text("stopped 12\n")
     proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

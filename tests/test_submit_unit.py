@@ -446,7 +446,7 @@ def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
 def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path):
     """--max-failures: the job failed after a step of its own, so it is submitted again with the
     same spec, and the second crash on node3 adds node3 to --exclude (the partition still fits)."""
-    from slurmgen.job import retry
+    from slurmgen.job import slurm
 
     failure = blame.TaskFailure(3, "node3", tmp_path / "77_3_log.err", "boom")
     crashed = lambda: StubSubmission(error=submission.JobFailed("77", "FAILED", failure),
@@ -459,7 +459,7 @@ def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path
         return stubs[len(specs) - 1]
 
     monkeypatch.setattr(submission, "submit_job", submit)
-    monkeypatch.setattr(retry, "fits_without", lambda layout, partition, excluded: True)
+    monkeypatch.setattr(slurm, "fits_without", lambda layout, partition, excluded: True)
     result = CliRunner().invoke(submit_command, ["--nodes", "2", "--gpus", "1"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "slurmgen: failure 1 of at most 2 (crash on node3): submitting again to resume from the newest" \

@@ -1,18 +1,18 @@
-"""The hang watch: `python -m slurmgen.job.hangs`, started by the batch script beside the training steps.
+"""The hang watch: a look at the ranks' heartbeats, and on a hang their stacks and a report.
 
 Every rank writes its heartbeat (train.heartbeat: rank, step, time, host, pid) at each step, and
 during a checkpoint save the save's allowance (train.saves). When a rank has not advanced for the
 hang timeout (while some rank saves: for that save's allowance), the watch asks every rank for its Python stacks
 without stopping the job (one `srun --overlap` per component: the faulthandler signal, and py-spy
 where the site has it), groups the ranks by where they are, names the odd ones out, appends the
-report to hang-report-JOBID.txt beside the job log, prints its summary to the log, and writes
-the suspect node (or nothing) to the hang file. The batch script's monitor sees that file, stops
-the job and retries it (slurmgen.job.retry). Standard library and python-hostlist only.
+report to hang-report-JOBID.txt beside the job log, prints its summary to the log and returns the
+suspect node: the job runtime (slurmgen.job.runtime) then stops the job and retries it, and the
+submit path its job. Standard library and python-hostlist only.
 """
 
 from __future__ import annotations
 
-import os
+
 import subprocess
 import sys
 import time
@@ -24,7 +24,6 @@ from slurmgen.job.stacks import RankView, in_collective, main_thread, parse_thre
 
 
 DUMP_SIGNAL = "USR1"  # train.heartbeat.DUMP_SIGNAL
-HANG_FILE = "hung"
 POLL_SECONDS = 5.0
 STACK_WAIT_SECONDS = 10.0
 
@@ -190,42 +189,3 @@ def check(folder: Path, timeout: float, world: int, report: Path, groups: list[t
         say(f"slurmgen:   {line}")
     sys.stdout.flush()
     return lines, suspect
-
-
-def watch(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]]) -> int:
-    """The batch script's watch: until a hang (then the hang file for the monitor) or its end."""
-    parent = os.getppid()
-    job = os.environ.get("SLURM_JOB_ID", "?")
-    while True:
-        time.sleep(min(POLL_SECONDS, timeout / 4))
-        if os.getppid() != parent:  # the batch script is gone
-            return 0
-        found = check(folder, timeout, world, report, groups, job)
-        if found is not None:
-            (folder / HANG_FILE).write_text(f"{found[1] or ''}\n")
-            return 0
-
-
-def parse_groups(text: str) -> list[tuple[str, int]]:
-    """"0:2,1:2" (het group:nodes) or "-:4" (a plain job)."""
-    out = []
-    for part in text.split(","):
-        group, _, nodes = part.partition(":")
-        out.append((group, int(nodes)))
-    return out
-
-
-def main(argv: list[str]) -> int:
-    """TIMEOUT WORLD GROUPS; the heartbeats are in $SLURMGEN_HEARTBEAT_DIR, the report goes beside
-    it (the log directory) as hang-report-$SLURM_JOB_ID.txt."""
-    folder = os.environ.get("SLURMGEN_HEARTBEAT_DIR")
-    if len(argv) != 3 or not folder:
-        print("usage: SLURMGEN_HEARTBEAT_DIR=DIR python -m slurmgen.job.hangs TIMEOUT WORLD GROUPS", file=sys.stderr)
-        return 2
-    timeout, world, groups = argv
-    report = Path(folder).parent / f"hang-report-{os.environ.get('SLURM_JOB_ID', '0')}.txt"
-    return watch(Path(folder), float(timeout), int(world), report, parse_groups(groups))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,12 +1,11 @@
-"""Preflight's verdict, run by the batch script (python -m slurmgen.job.preflight LOG NODES): compare
-the reports every node wrote (SLURMGEN_PREFLIGHT lines, from slurmgen.job.node_report) and
-stop the job before training when a node differs from the others or lacks what the job needs."""
+"""Preflight's verdict: compare the reports every node wrote (SLURMGEN_PREFLIGHT lines, from
+node_report.py), and say which node differs from the others or lacks what the job needs."""
 
 from __future__ import annotations
 
 import collections
 import json
-import sys
+from dataclasses import dataclass
 
 FIELDS = ("python", "torch", "nccl", "transformers", "trl", "datasets")
 
@@ -27,7 +26,6 @@ def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]
     return found
 
 
-REQUEUED = 3  # exit status: the job was requeued without the node that differs
 BF16_CAPABILITY = 8.0  # Ampere and newer compute bf16 in hardware
 
 
@@ -54,42 +52,36 @@ def precision(reports: list[dict]) -> tuple[str, str]:
     return choice, f"slurmgen: the job's GPUs differ in bf16 support ({nodes}): every rank trains in fp16"
 
 
-def main(argv: list[str]) -> int:
-    """LOG NODES [FAILURES_FILE MAX_FAILURES LAYOUT]: with the last three, a difference found on
-    one node only counts as a failure there (slurmgen.job.retry): the job is requeued without it."""
-    log, nodes, *retry_args = argv
-    with open(log) as fh:
-        reports = [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
-    found = problems(reports, int(nodes))
+def read_reports(path) -> list[dict]:
+    """The SLURMGEN_PREFLIGHT lines every node's report wrote (node_report.py)."""
+    with open(path) as fh:
+        return [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    lines: list[str]  # for the job log: the table of differences, or what passed
+    culprit: str = ""  # the one node that differs (a retry without it may work), else ""
+    precision: str = ""  # bf16 or fp16 for every rank; "" when no node reported a GPU
+
+
+def verdict(reports: list[dict], nodes: int) -> Verdict:
+    found = problems(reports, nodes)
     if found:
-        print("slurmgen: preflight failed; not starting training:")
         rows = [("node", "what", "found", "expected")] + sorted(found)
         widths = [max(map(len, column)) for column in zip(*rows)]
-        for row in rows:
-            print("  " + "  ".join(map(str.ljust, row, widths)).rstrip())
+        lines = ["slurmgen: preflight failed; not starting training:"]
+        lines += ["  " + "  ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
         hosts = {host for host, *_ in found}
-        sys.stdout.flush()
-        if retry_args and len(hosts) == 1 and "(job)" not in hosts:
-            from slurmgen.job import retry
-
-            path, most, layout = retry_args
-            if retry.failed(retry.Path(path), int(most), layout, "preflight", hosts.pop()) == 0:
-                return REQUEUED
-        return 1
-    print("slurmgen: preflight passed on %d node(s): " % len(reports)
-          + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets")))
+        culprit = next(iter(hosts)) if len(hosts) == 1 and "(job)" not in hosts else ""
+        return Verdict(False, lines, culprit)
+    lines = ["slurmgen: preflight passed on %d node(s): " % len(reports)
+             + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets"))]
     choice, line = precision(reports)
-    if line:
-        print(line)
-    if choice:
-        with open(log, "a") as fh:
-            fh.write(f"SLURMGEN_PRECISION={choice}\n")
+    lines += [line] if line else []
     shared = sorted(h for h, n in collections.Counter(r["host"] for r in reports).items() if n > 1)
     if shared:
-        print(f"slurmgen: {', '.join(shared)} {'holds' if len(shared) == 1 else 'hold'} more than one component"
-              " (each with its own agent, node rank and GPUs)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        lines.append(f"slurmgen: {', '.join(shared)} {'holds' if len(shared) == 1 else 'hold'} more than one component"
+                     " (each with its own agent, node rank and GPUs)")
+    return Verdict(True, lines, precision=choice)

@@ -1,9 +1,345 @@
-"""`python -m slurmgen.job.runtime`: print the path of the job runtime (runtime.sh) that generated
-batch scripts source, from the slurmgen this Python imports."""
+"""The job runtime: everything that decides inside a running job, in one loop over one set of states.
 
+The generated batch script sources runtime.sh (whose path `python -m slurmgen.job.runtime` prints),
+which finds the rendezvous, writes the launch functions to the job's folder and starts
+`python -m slurmgen.job --job ...` (command.py). From there this module runs the job: preflight and
+its verdict, the components started and watched, fail-fast, the hang watch, the time-limit stop,
+and the end: finished, requeued (a restart, or a retry after a failure, without the nodes to
+blame), left to Slurm's preemption, or failed. What it must remember across runs is one
+JobRecord (record.py). Slurm, the processes, the clock and the hang watch come in from outside,
+so the whole state machine runs in unit tests without them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Callable, Optional
+
+from slurmgen.job import preflight, retry, slurm
+from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
+STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
+PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
 
-if __name__ == "__main__":
+
+class State(str, Enum):
+    STARTING = "starting"  # counting a run that Slurm ended, checking the failure budget
+    PREFLIGHT = "preflight"  # every node reports its software; one that differs stops the job
+    TRAINING = "training"  # components running and watched
+    CHECKPOINTING = "checkpointing"  # a time-limit or preemption warning: ranks save and stop
+    FAILING = "failing"  # a component failed or ranks hang: the others get SETTLE s, then TERM
+    FINISHED = "finished"  # final states: the job ends with the run
+    REQUEUED = "requeued"  # by the runtime, to resume from the newest checkpoint
+    PREEMPTED = "preempted"  # Slurm requeues it at the end of its GraceTime
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str  # as the log names it: "component 0 (2 node(s) x 1 GPU)"
+    nodes: int
+    gpus: int  # per node
+    launch: str  # its launch function in the script
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job: str
+    files: JobFiles
+    world_size: int
+    components: tuple[Component, ...]
+    max_restarts: int = 3
+    max_failures: int = 2
+    hang_timeout: float = 0  # 0: no hang watch
+    stop_wait: float = 170  # ranks' time to checkpoint after the warning
+    stop_grace: float = 0  # a script that takes no stop file gets this long, then TERM (0: never)
+    preflight: bool = False
+    poll: float = 1.0
+    settle: float = 10.0  # the others' time to end after the first failure
+
+    @property
+    def layout(self) -> list[tuple[int, int]]:  # (GPUs per node, nodes) per component
+        return [(c.gpus, c.nodes) for c in self.components]
+
+
+@dataclass
+class Run:
+    """This run's own facts, gone with it."""
+    state: State = State.STARTING
+    status: int = 0  # the first failed component's exit status (1 for a hang)
+    why: str = CRASH
+    suspect: str = ""  # the node a hang points at
+    failed_at: float = 0.0
+    warned_at: Optional[float] = None
+    steps: list = field(default_factory=list)  # (component, process); process None once reaped
+
+
+class Runtime:
+    def __init__(self, spec: JobSpec, steps, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, hang_check: Optional[Callable] = None,
+                 slurm_api=slurm, nodes: Optional[list[str]] = None):
+        self.spec, self.steps, self.clock, self.sleep = spec, steps, clock, sleep
+        self.hang_check, self.slurm, self.nodes = hang_check, slurm_api, nodes or []
+        self.files = spec.files
+        self.record = JobRecord()
+        self.run = Run()
+
+    # ---- the states ------------------------------------------------------------------------
+
+    def main(self) -> int:
+        """The batch script's exit status."""
+        if self._outcome()[0] == "finished":  # Slurm 25.11 may requeue a preempted job twice
+            say("slurmgen: finished in an earlier run")
+            return 0
+        self.files.outcome.unlink(missing_ok=True)
+        shutil.rmtree(self.files.beats, ignore_errors=True)
+        self.record = JobRecord.load(self.files.record)
+        say(f"slurmgen: job {self.spec.job} (restart {self.record.restarts} of at most {self.spec.max_restarts}) on "
+            f"{socket.gethostname()}: world size {self.spec.world_size}, master {os.environ.get('MASTER_ADDR', '')}:"
+            f"{os.environ.get('MASTER_PORT', '')}")
+        if not self._begin():
+            return self._finish(State.FAILED, 1)
+        if self.spec.preflight:
+            status = self._preflight()
+            if status is not None:
+                return status
+        self._enter(State.TRAINING)
+        self.run.steps = [(c, self.steps.start(c.launch)) for c in self.spec.components]
+        return self._watch()
+
+    def _begin(self) -> bool:
+        """A run that never reached its end (Slurm ended it: a node went down) is a failure there."""
+        gone = self.slurm.bad_nodes(self.record.open_run)
+        if gone:  # not counted otherwise: a run requeued by hand ends without the runtime too
+            node = sorted(gone)[0]
+            self.record.failures.append(Failure(NODE, node))
+            self.record.excluded = sorted(set(self.record.excluded) | set(gone))
+            say(f"slurmgen: the last run of job {self.spec.job} ended when {node} became {gone[node]}: failure "
+                f"{len(self.record.failures)} of at most {self.spec.max_failures}; {node} is left out of later runs")
+        self.record.open_run = self.nodes
+        self._enter(State.STARTING)
+        if len(self.record.failures) > self.spec.max_failures:
+            say(f"slurmgen: {len(self.record.failures)} failures, more than --max-failures {self.spec.max_failures}:"
+                " not training again", err=True)
+            return False
+        return True
+
+    def _preflight(self) -> Optional[int]:
+        """None when training may start, else the job's exit status."""
+        self._enter(State.PREFLIGHT)
+        with open(self.files.preflight, "w") as log:
+            procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(len(self.spec.components))]
+            for proc in procs:
+                proc.wait()
+        found = preflight.verdict(preflight.read_reports(self.files.preflight), sum(c.nodes for c in self.spec.components))
+        for line in found.lines:
+            say(line)
+        if not found.passed:
+            if found.culprit and self._retry(PREFLIGHT, found.culprit):
+                return self._finish(State.REQUEUED, 0)
+            return self._finish(State.FAILED, 1)
+        if found.precision:  # one dtype for every rank: bf16 only where every GPU has it
+            os.environ["SLURMGEN_PRECISION"] = found.precision
+        self.files.preflight.unlink(missing_ok=True)
+        return None
+
+    def _watch(self) -> int:
+        """Until the run ends: the first failure ends it, a warning asks every rank to checkpoint."""
+        run, spec = self.run, self.spec
+        next_look = self.clock() + self._hang_poll()
+        while True:
+            if run.warned_at is None and self.files.stop.exists():  # before the ranks' answer to it
+                status = self._warned()
+                if status is not None:
+                    return status
+            running = self._reap()
+            now = self.clock()
+            if spec.hang_timeout and run.state == State.TRAINING and now >= next_look and self.hang_check:
+                next_look = now + self._hang_poll()
+                found = self.hang_check()
+                if found is not None:  # hung ranks do not end by themselves: no settle time
+                    run.why, run.suspect, run.status, run.failed_at = HANG, found[1] or "", 1, now - spec.settle
+                    self._enter(State.FAILING)
+            if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
+                if running:
+                    say("slurmgen: stopping the components still running", err=True)
+                    self._stop_steps()
+                return self._end(run.status)
+            if not running:
+                say("slurmgen: all components finished")
+                return self._end(0)
+            if run.warned_at is not None and not run.status:
+                waited = self.clock() - run.warned_at
+                if spec.stop_grace and waited > spec.stop_grace and not (self.files.beats / "stoppable").exists():
+                    say("slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it;"
+                        " the steps since its own last checkpoint are lost", err=True)
+                    self._stop_steps()
+                    return self._end(0)
+                if waited > spec.stop_wait:
+                    say(f"slurmgen: ranks did not stop within {spec.stop_wait:g} s of the warning; stopping them", err=True)
+                    self._stop_steps()
+                    return self._end(0)
+            self.sleep(spec.poll)
+
+    def _warned(self) -> Optional[int]:
+        """The batch script made the stop file (USR2 from --signal, or TERM). A node already down
+        means Slurm is ending the job for it (25.11 signals the batch script): retry now."""
+        gone = self.slurm.bad_nodes(self.nodes)
+        if gone:
+            self._stop_steps()
+            return self._finish(State.REQUEUED, 0) if self._retry(NODE, "") else self._finish(State.FAILED, 1)
+        say("slurmgen: time limit or preemption warning: asking every rank to checkpoint")
+        self.run.warned_at = self.clock()
+        self._enter(State.CHECKPOINTING if not self.run.status else self.run.state)
+        return None
+
+    def _end(self, status: int) -> int:
+        """The run is over (its steps have ended): requeue, wait for Slurm, or end the job."""
+        if self.run.warned_at is None:  # a failure: a retry, or the end
+            if status:
+                return self._finish(State.REQUEUED, 0) if self._retry(self.run.why, self.run.suspect) \
+                    else self._finish(State.FAILED, status)
+            return self._finish(State.FINISHED, 0)
+        how, step = self._outcome()
+        saved = f"checkpoint saved at step {step}; " if step else ""
+        if how == "finished":
+            say("slurmgen: training finished before the warning could stop it; not requeueing")
+            return self._finish(State.FINISHED, status)
+        if status and how != "stopped":
+            say("slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing", err=True)
+            return self._finish(State.FAILED, status)
+        if self.slurm.job_info(self.spec.job).preempted:
+            say(f"slurmgen: {saved}job {self.spec.job} preempted: Slurm requeues it")
+            self._finish(State.PREEMPTED, 0)
+            self.sleep(PREEMPTED_WAIT)
+            return 0
+        if self.slurm.bad_nodes(self.nodes):  # the warning came from a lost node
+            return self._finish(State.REQUEUED, 0) if self._retry(NODE, "") else self._finish(State.FAILED, 1)
+        if self.record.restarts >= self.spec.max_restarts:  # unfinished training must not look like success
+            say(f"slurmgen: training unfinished; not requeueing: {self.spec.max_restarts} restart(s) used", err=True)
+            return self._finish(State.FAILED, 1)
+        say(f"slurmgen: {saved}requeueing job {self.spec.job} (restart {self.record.restarts + 1} of at most "
+            f"{self.spec.max_restarts})")
+        if not self.slurm.requeue(self.spec.job):
+            say("slurmgen: scontrol requeue failed", err=True)
+            return self._finish(State.FAILED, 1)
+        self.record.restarts += 1
+        return self._finish(State.REQUEUED, 0)
+
+    def _retry(self, why: str, node: str) -> bool:
+        """A failed run: count it, leave out the nodes to blame, requeue (True) or not."""
+        spec, record = self.spec, self.record
+        info = self.slurm.job_info(spec.job)
+        gone = self.slurm.bad_nodes(info.nodes or self.nodes)
+        if gone:
+            why, node = NODE, sorted(gone)[0]
+        elif not node and why == CRASH:
+            node = retry.crashed_node(self.slurm.read_log(info.log))
+        node = self.slurm.node_name(node, info.nodes)
+        if not gone and why != PREFLIGHT and not any(self.files.beats.glob("rank-*")):
+            say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
+                " likely happen again", err=True)
+            return False
+        record.failures.append(Failure(why, node))
+        count, where = len(record.failures), f" on {node}" if node else ""
+        if count > spec.max_failures:
+            say(f"slurmgen: failure {count} ({why}{where}): no retry left (--max-failures {spec.max_failures})", err=True)
+            return False
+        excluded = sorted(set(record.excluded) | set(retry.to_exclude(record.failures, list(gone))))
+        new = [n for n in excluded if n not in record.excluded]
+        record.excluded = excluded
+        if new and not self.slurm.fits_without(spec.layout, info.partition, sorted(set(info.user_excluded) | set(excluded))):
+            say(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot hold"
+                " the layout any more: not retrying", err=True)
+            return False
+        reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({why})" if n == node and why in (NODE, PREFLIGHT)
+                   else f"{n} (2nd failure there)" for n in new]
+        say(f"slurmgen: failure {count} of at most {spec.max_failures} ({why}{where}): requeueing job {spec.job} to"
+            " resume from its newest checkpoint" + (f"; excluding {', '.join(reasons)}" if reasons else ""))
+        self._save()  # before the requeue, whose TERM may end this process
+        if not self.slurm.requeue(spec.job):
+            say("slurmgen: scontrol requeue failed", err=True)
+            return False
+        if excluded:
+            self.slurm.exclude(spec.job, sorted(set(info.user_excluded) | set(excluded)))
+        return True
+
+    # ---- the pieces ------------------------------------------------------------------------
+
+    def _reap(self) -> int:
+        """Name the components that failed; the number still running."""
+        running = 0
+        for i, (component, proc) in enumerate(self.run.steps):
+            if proc is None:
+                continue
+            rc = proc.poll()
+            if rc is None:
+                running += 1
+                continue
+            self.run.steps[i] = (component, None)
+            if rc != 0:
+                rc = rc if rc > 0 else 128 - rc  # killed by a signal: as the shell says it
+                say(f"slurmgen: {component.name} failed with exit status {rc} (nodes "
+                    f"{os.environ.get(_nodelist_var(i, len(self.spec.components)), '')})", err=True)
+                if not self.run.status:  # the first failure: the others get SETTLE s to end
+                    self.run.status, self.run.failed_at = rc, self.clock()
+                    self._enter(State.FAILING)
+        return running
+
+    def _stop_steps(self) -> None:
+        """TERM to the steps' tasks (through Slurm, else to each srun), KILL 30 s later."""
+        procs = [p for _, p in self.run.steps if p is not None]
+        if not self.slurm.signal_steps(self.spec.job):
+            for proc in procs:
+                proc.terminate()
+        deadline = self.clock() + STOP_TASKS_SECONDS
+        while any(p.poll() is None for p in procs) and self.clock() < deadline:
+            self.sleep(1)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+    def _finish(self, state: State, status: int) -> int:
+        self.run.state = state
+        self.record.open_run = [] if state != State.PREEMPTED else self.record.open_run
+        self._save()
+        return status
+
+    def _enter(self, state: State) -> None:
+        self.run.state = state
+        self._save()
+
+    def _save(self) -> None:
+        self.record.state = self.run.state.value
+        self.record.save(self.files.record)
+
+    def _outcome(self) -> tuple[str, str]:
+        try:
+            how, _, step = self.files.outcome.read_text().strip().partition(" ")
+            return how, step
+        except OSError:
+            return "", ""
+
+    def _hang_poll(self) -> float:
+        from slurmgen.job.hangs import POLL_SECONDS
+        return min(POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.spec.poll
+
+
+def say(text: str, err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def _nodelist_var(i: int, components: int) -> str:
+    return f"SLURM_JOB_NODELIST_HET_GROUP_{i}" if components > 1 else "SLURM_JOB_NODELIST"
+
+
+if __name__ == "__main__":  # the batch script asks where the shell part is
     print(RUNTIME)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from slurmgen.job.record import JobFiles
 from slurmgen.site.jobs import TERMINAL, job_records, overall_state
 from slurmgen.site.jobs import NO_VALUE
 
@@ -41,7 +42,7 @@ def beat_progress(records: list[dict]) -> Optional[dict]:
     if log in NO_VALUE:
         return None
     try:
-        beat = Path(log).parent / f".heartbeat-{records[0].get('JobId', '')}" / "rank-0"
+        beat = JobFiles.of(Path(log).parent, records[0].get("JobId", "")).beats / "rank-0"
         step = int(beat.read_text().split()[1])
     except (OSError, IndexError, ValueError):
         return None

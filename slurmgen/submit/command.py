@@ -114,13 +114,29 @@ def submit_and_say(spec, folder, local: bool):
     return sub
 
 
+def next_exclusion(history: list, exclude, gpus, partition) -> tuple[str, list[str], bool]:
+    """For the submit path's retries: the --exclude value (the user's and the nodes to avoid), the
+    nodes new in it, and whether the partition can still hold one node per GPU count in gpus."""
+    import hostlist
+    from slurmgen.job import slurm
+    from slurmgen.job.retry import to_exclude
+
+    user = hostlist.expand_hostlist(exclude) if exclude else []
+    avoid = to_exclude(history, [])
+    new = [n for n in avoid if n not in user]
+    names = sorted(set(user) | set(avoid))
+    fits = not new or slurm.fits_without([(g, 1) for g in gpus], partition or "", names)
+    return hostlist.collect_hostlist(names) if names else None, new, fits
+
+
 def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
     """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit
     again (up to --max-failures), as the rendered script requeues: the entry points resume from
     the newest checkpoint in --output_dir, and a node blamed for two failures is excluded."""
-    from slurmgen.job.retry import next_exclusion, node_name
+    from slurmgen.job.record import Failure
+    from slurmgen.job.slurm import node_name
 
-    history: list[dict] = []
+    history: list[Failure] = []
     while True:
         sub = submit_and_say(spec, folder, local)
         failed: list = []
@@ -138,7 +154,7 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         else:
             host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
         host = node_name(host or "", [])  # Slurm's name: ranks and torchrun may report another
-        history.append({"why": why, "node": host})
+        history.append(Failure(why, host))
         if len(history) > spec.max_failures:
             click.echo(f"slurmgen: failure {len(history)} ({why}): no retry left (--max-failures {spec.max_failures})",
                        err=True)

@@ -88,7 +88,7 @@ def beat_of(workdir: Path, job_id: str, rank: int, timeout: float = 60) -> tuple
     stopped inside one has the save's allowance on top of the hang timeout)."""
     deadline = time.monotonic() + timeout
     while True:
-        step, host, pid, saving = read_beat(workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}")
+        step, host, pid, saving = read_beat(workdir / "logs" / f".slurmgen-{job_id}" / "beats" / f"rank-{rank}")
         if not saving or time.monotonic() > deadline:
             return step, host, pid
         time.sleep(0.1)
@@ -350,7 +350,7 @@ def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: flo
     it has trained a step since it started, outside a checkpoint save."""
     from tests import slurm_helpers
 
-    path = workdir / "logs" / f".heartbeat-{job_id}" / f"rank-{rank}"
+    path = workdir / "logs" / f".slurmgen-{job_id}" / "beats" / f"rank-{rank}"
     deadline = time.monotonic() + timeout
     first = None  # (step, pid) of this rank's first beat seen
     nudge = slurm_helpers.RequeueNudger(job_id)  # a requeued het job may need one

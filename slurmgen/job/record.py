@@ -1,0 +1,81 @@
+"""The job's record and its folder: what the job runtime knows about a job across its runs, one typed
+JSON file in LOG_DIR/.slurmgen-JOBID/, beside the files the ranks read and write there."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Why a run failed. Node-level failures exclude their node at once; the others after the second
+# failure on the same node (once may be the code, twice on one node is the node).
+CRASH, HANG, NODE, PREFLIGHT = "crash", "hang", "node", "preflight"
+NODE_LEVEL = (NODE, PREFLIGHT)
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """The job's folder in the log directory: one per job id, kept across requeues."""
+    folder: Path
+
+    @classmethod
+    def of(cls, logs, job: str) -> "JobFiles":
+        return cls(Path(logs) / f".slurmgen-{job}")
+
+    @property
+    def record(self) -> Path:  # the JobRecord
+        return self.folder / "state.json"
+
+    @property
+    def stop(self) -> Path:  # made at a time-limit or preemption warning: ranks checkpoint and stop
+        return self.folder / "stop"
+
+    @property
+    def outcome(self) -> Path:  # rank 0's word on how training ended: "stopped STEP" or "finished STEP"
+        return self.folder / "outcome"
+
+    @property
+    def beats(self) -> Path:  # one heartbeat file per rank (train.heartbeat), renewed every run
+        return self.folder / "beats"
+
+    @property
+    def preflight(self) -> Path:  # every node's preflight report, this run
+        return self.folder / "preflight.log"
+
+    @property
+    def launch(self) -> Path:  # the script's launch functions, as the runtime runs them
+        return self.folder / "launch.sh"
+
+
+@dataclass
+class Failure:
+    why: str  # CRASH, HANG, NODE or PREFLIGHT
+    node: str = ""  # Slurm's name of the node it points at, "" when it cannot be told
+
+
+@dataclass
+class JobRecord:
+    """Across the runs of one job id (each requeue is a new run of the same job)."""
+    restarts: int = 0  # requeues at a time-limit warning, up to --max-restarts
+    failures: list[Failure] = field(default_factory=list)  # up to --max-failures
+    excluded: list[str] = field(default_factory=list)  # nodes left out of later runs
+    # The nodes of the run in progress. The runtime clears it wherever it ends a run itself, so a
+    # run that finds it set was ended by Slurm (a node went down).
+    open_run: list[str] = field(default_factory=list)
+    state: str = ""  # the runtime's last state (runtime.State), for a person reading the file
+
+    @classmethod
+    def load(cls, path: Path) -> "JobRecord":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls()
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["failures"] = [Failure(**f) for f in known.get("failures", [])]
+        return cls(**known)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        os.replace(tmp, path)  # whole or not at all: the next run reads it

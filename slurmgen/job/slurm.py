@@ -1,0 +1,136 @@
+"""What the job runtime asks of Slurm and does to a running job: the job's nodes and settings, nodes
+Slurm will not use, host names to node names, requeue, exclusion and signals (scontrol, scancel)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmgen.site import cluster
+
+# Where Slurm puts a node that it will not give a job (scontrol's State= words).
+_BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
+
+
+def _scontrol(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+
+
+def expand(names: str) -> list[str]:
+    import hostlist
+    return hostlist.expand_hostlist(names) if names and names != "(null)" else []
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The leader's fields of `scontrol show job`, with every het component's nodes and pins."""
+    nodes: list[str] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)  # ReqNodeList: --nodelist, --gpus auto
+    user_excluded: list[str] = field(default_factory=list)  # ExcNodeList the user gave
+    partition: str = ""
+    log: str = ""  # the job log's path
+    preempted: bool = False
+
+
+def job_info(job: str) -> JobInfo:
+    from slurmgen.site.jobs import job_records
+
+    records = job_records(job)
+    if not records:
+        return JobInfo()
+    nodes = [n for r in records for n in expand(r.get("NodeList", ""))]
+    pinned = [n for r in records for n in expand(r.get("ReqNodeList", ""))]
+    # Slurm adds to each het component's ExcNodeList the nodes pinned to the others.
+    user = [n for n in expand(records[0].get("ExcNodeList", "")) if n not in pinned]
+    # 25.11 leaves StdErr empty when it is the same file as StdOut (22.05 repeats it)
+    log = records[0].get("StdErr") or records[0].get("StdOut", "")
+    preempted = records[0].get("PreemptTime", "")[:1].isdigit()  # a date once Slurm preempts it
+    return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted)
+
+
+def bad_nodes(names: list[str]) -> dict[str, str]:
+    """Of these nodes, those Slurm will not use now: name -> state (one scontrol call)."""
+    wanted, out = set(names), {}
+    if not wanted:
+        return out
+    for line in _scontrol("show", "node", "-o").stdout.splitlines():
+        fields = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        name, state = fields.get("NodeName", ""), fields.get("State", "")
+        if name in wanted and any(word in state for word in _BAD_STATES):
+            out[name] = state
+    return out
+
+
+def node_name(host: str, nodes: list[str]) -> str:
+    """Slurm's NodeName for a host name as a rank or torchrun reports it (the host name, its FQDN,
+    or an address), among the job's nodes (none given: all nodes): what ExcNodeList and the blame
+    count need. On many sites the two differ (gpu012.cluster.example is gpu012). The host itself
+    when nothing matches."""
+    if not host or host in nodes:
+        return host
+    short = host.split(".")[0]
+    if short in nodes:
+        return short
+    for line in _scontrol("show", "node", "-o", *([",".join(nodes)] if nodes else [])).stdout.splitlines():
+        fields = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        names = {fields.get("NodeHostName", ""), fields.get("NodeAddr", "")}
+        if host in names or short in {n.split(".")[0] for n in names if n}:
+            return fields.get("NodeName", host)
+    return host
+
+
+def fits_without(layout, partition: str, excluded: list[str]) -> bool:
+    """Whether the partition (default: the cluster's default one) can hold the layout without
+    the excluded nodes and those Slurm will not use."""
+    from slurmgen.job.retry import layout_fits
+
+    info = cluster.query()
+    partition = partition or info.default_partition
+    caps = [n.gpus for n in info.nodes if n.usable and n.name not in excluded and n.partition == partition]
+    return layout_fits(layout, caps)
+
+
+def requeue(job: str) -> bool:
+    return _scontrol("requeue", job).returncode == 0
+
+
+def exclude(job: str, names: list[str]) -> None:
+    """Leave these nodes out of the requeued job's next run. Pinned nodes (--nodelist, --gpus auto)
+    among them leave their component's pins first (ReqNodeList), which Slurm would otherwise refuse
+    to combine with the exclusion, or never meet; Slurm then picks another node for that place."""
+    import hostlist
+    from slurmgen.site.jobs import job_records
+
+    for record in job_records(job):
+        pins = expand(record.get("ReqNodeList", ""))
+        keep = [n for n in pins if n not in names]
+        if len(keep) == len(pins):
+            continue
+        target = record.get("JobId", job)  # a het component's own id ("J+1" is refused here)
+        done = _scontrol("update", f"JobId={target}", f"ReqNodeList={hostlist.collect_hostlist(keep) if keep else ''}")
+        if done.returncode != 0:
+            _warn(f"could not drop {','.join(sorted(set(pins) - set(keep)))} from the nodes job {target} is"
+                  f" pinned to: {done.stderr.strip()}")
+    text = hostlist.collect_hostlist(sorted(names))
+    done = _scontrol("update", f"JobId={job}", f"ExcNodeList={text}")
+    if done.returncode != 0:
+        _warn(f"could not exclude {text}: {done.stderr.strip()}")
+
+
+def signal_steps(job: str) -> bool:
+    """TERM to every task of the job's steps (not the batch script; to srun it cancels a het job
+    from 23.02). False where no controller answers."""
+    return subprocess.run(["scancel", "--signal=TERM", job], capture_output=True).returncode == 0
+
+
+def read_log(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _warn(text: str) -> None:
+    print(f"slurmgen: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,335 @@
+"""The job runtime's state machine (slurmgen.job.runtime) without Slurm: a fake clock, fake Slurm
+answers and fake steps, one test per transition. tests/test_script_shims.py runs the same runtime
+from a rendered script, and tests/e2e/ on a real cluster."""
+import json
+
+import pytest
+
+from slurmgen.job.record import Failure, JobFiles, JobRecord
+from slurmgen.job.runtime import PREEMPTED_WAIT, Component, JobSpec, Runtime, State
+from slurmgen.job.slurm import JobInfo
+
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class Proc:
+    """A step: `behaviour(now)` says its exit status once it has ended (None while it runs)."""
+
+    def __init__(self, clock, behaviour):
+        self.clock, self.behaviour, self.rc = clock, behaviour, None
+
+    def poll(self):
+        if self.rc is None:
+            self.rc = self.behaviour(self.clock())
+        return self.rc
+
+    def terminate(self):
+        self.rc = 143 if self.rc is None else self.rc
+
+    def kill(self):
+        self.rc = 137 if self.rc is None else self.rc
+
+    def wait(self):
+        return self.poll()
+
+
+class Steps:
+    def __init__(self, clock, files, components, reports=()):
+        self.clock, self.files, self.components, self.reports = clock, files, components, list(reports)
+        self.started = []
+
+    def start(self, function, *args, stdout=None):
+        self.started.append(function)
+        if function == "preflight_step":
+            for report in self.reports.pop(0):
+                stdout.write("SLURMGEN_PREFLIGHT " + json.dumps(report) + "\n")
+            stdout.flush()
+            return Proc(self.clock, lambda now: 0)
+        return Proc(self.clock, self.components[function])
+
+
+class Slurm:
+    def __init__(self, bad=None, preempted=False, log="", fits=True, requeue_ok=True):
+        self.bad, self.preempted, self.log, self.fits, self.requeue_ok = bad or {}, preempted, log, fits, requeue_ok
+        self.requeued, self.excluded = [], None
+
+    def job_info(self, job):
+        return JobInfo(nodes=NODES, partition="gpu", log="job.out", preempted=self.preempted)
+
+    def bad_nodes(self, names):
+        return {n: s for n, s in self.bad.items() if n in names}
+
+    def node_name(self, host, nodes):
+        return host.split(".")[0]
+
+    def fits_without(self, layout, partition, excluded):
+        return self.fits
+
+    def requeue(self, job):
+        self.requeued.append(job)
+        return self.requeue_ok
+
+    def exclude(self, job, names):
+        self.excluded = names
+
+    def signal_steps(self, job):
+        return False  # as where no controller answers: the runtime TERMs its sruns itself
+
+    def read_log(self, path):
+        return self.log
+
+
+def running(now):
+    return None
+
+
+def exits(status, at):
+    return lambda now: status if now >= at else None
+
+
+def beats(files, *ranks):
+    files.beats.mkdir(parents=True, exist_ok=True)
+    for rank in ranks:
+        (files.beats / f"rank-{rank}").write_text(f"{rank} 3 1.0 node1 99\n")
+
+
+@pytest.fixture
+def job(tmp_path):
+    """Build a runtime for a 1,1,2,2 job: job(component_0=..., component_1=..., slurm=..., **spec)."""
+    files = JobFiles.of(tmp_path, "77")
+    files.folder.mkdir(parents=True)
+    clock = Clock()
+
+    def make(component_0=running, component_1=running, slurm=None, reports=(), hang_check=None, **settings):
+        components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
+                      Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
+        spec = JobSpec("77", files, 6, components, **{"settle": 10.0, **settings})
+        steps = Steps(clock, files, {"component_0": component_0, "component_1": component_1}, reports)
+        runtime = Runtime(spec, steps, clock=clock, sleep=clock.sleep, hang_check=hang_check,
+                          slurm_api=slurm or Slurm(), nodes=NODES)
+        return runtime, steps
+    make.files, make.clock = files, clock
+    return make
+
+
+def record(files):
+    return JobRecord.load(files.record)
+
+
+def test_a_run_whose_components_all_finish_ends_the_job(job, capsys):
+    runtime, steps = job(component_0=exits(0, 1005), component_1=exits(0, 1008))
+    assert runtime.main() == 0
+    assert steps.started == ["component_0", "component_1"]
+    assert capsys.readouterr().out.splitlines()[-1] == "slurmgen: all components finished"
+    assert record(job.files).state == "finished" and record(job.files).open_run == []
+
+
+def test_a_crash_before_training_began_is_not_retried(job, capsys):
+    slurm = Slurm()
+    runtime, _ = job(component_1=exits(3, 1002), slurm=slurm)
+    assert runtime.main() == 3
+    err = capsys.readouterr().err
+    assert "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3" in err
+    assert "no rank had begun training" in err and slurm.requeued == []
+    assert record(job.files).state == "failed"
+
+
+def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
+    log = "slurmgen: job 77\nsrun: error: node3: task 2: Exited with exit code 13\n"
+    slurm = Slurm(log=log)
+
+    def crash_after_beats(now):
+        beats(job.files, 0, 1)
+        return 13 if now >= 1003 else None
+    runtime, _ = job(component_1=crash_after_beats, slurm=slurm)
+    assert runtime.main() == 0
+    assert "slurmgen: failure 1 of at most 2 (crash on node3): requeueing job 77 to resume from its newest" \
+           " checkpoint\n" in capsys.readouterr().out
+    assert slurm.requeued == ["77"] and slurm.excluded is None
+    assert record(job.files).failures == [Failure("crash", "node3")] and record(job.files).state == "requeued"
+    runtime, _ = job(component_1=crash_after_beats, slurm=slurm)  # the requeued run
+    assert runtime.main() == 0
+    assert "(crash on node3): requeueing job 77 to resume from its newest checkpoint; excluding node3 (2nd failure" \
+           " there)" in capsys.readouterr().out
+    assert slurm.excluded == ["node3"] and record(job.files).excluded == ["node3"]
+
+
+def test_other_components_get_the_settle_time_then_are_stopped(job, capsys):
+    runtime, _ = job(component_0=exits(4, 1001), component_1=running, settle=5.0)
+    assert runtime.main() == 4
+    err = capsys.readouterr().err
+    assert "slurmgen: stopping the components still running" in err
+    assert "component 1" not in err.split("stopping")[0]  # stopped, not counted as a failure of its own
+    assert 1005 <= job.clock.now < 1010
+
+
+def test_too_many_failures_start_no_training(job, capsys):
+    JobRecord(failures=[Failure("crash", "node1")] * 3).save(job.files.record)
+    runtime, steps = job()
+    assert runtime.main() == 1
+    assert steps.started == []
+    assert "slurmgen: 3 failures, more than --max-failures 2: not training again" in capsys.readouterr().err
+
+
+def test_a_hang_stops_the_job_and_retries_it_without_waiting_to_settle(job, capsys):
+    slurm = Slurm()
+    looks = []
+
+    def hang_check():
+        beats(job.files, 0)  # the ranks had begun
+        looks.append(job.clock.now)
+        return (["rank 3 on node3 is stuck"], "node3") if job.clock.now >= 1020 else None
+    runtime, _ = job(slurm=slurm, hang_check=hang_check, hang_timeout=20.0)
+    assert runtime.main() == 0
+    assert "failure 1 of at most 2 (hang on node3): requeueing job 77" in capsys.readouterr().out
+    assert looks[0] == 1005 and looks[-1] < 1025  # every min(5 s, timeout / 4)
+    assert record(job.files).failures == [Failure("hang", "node3")]
+
+
+def test_a_node_slurm_took_down_during_the_last_run_is_counted_and_left_out(job, capsys):
+    JobRecord(open_run=NODES, state="training").save(job.files.record)
+    runtime, _ = job(component_0=exits(0, 1001), component_1=exits(0, 1001), slurm=Slurm(bad={"node3": "DOWN*"}))
+    assert runtime.main() == 0
+    assert "slurmgen: the last run of job 77 ended when node3 became DOWN*: failure 1 of at most 2; node3 is left" \
+           " out of later runs" in capsys.readouterr().out
+    assert record(job.files).excluded == ["node3"] and record(job.files).failures == [Failure("node", "node3")]
+
+
+def test_a_warning_from_a_lost_node_retries_at_once(job, capsys):
+    # 25.11 signals the batch script when a node of the job goes down: no checkpoint can be made
+    slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING"})
+    job.files.stop.touch()
+    runtime, _ = job(slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "asking every rank to checkpoint" not in out
+    assert "slurmgen: failure 1 of at most 2 (node on node3): requeueing job 77 to resume from its newest checkpoint;" \
+           " excluding node3 (DOWN+NOT_RESPONDING)" in out
+    assert slurm.requeued == ["77"] and slurm.excluded == ["node3"]
+
+
+def stops_with(outcome, status=0):
+    """Ranks that save at the stop file and say so."""
+    def behaviour(now):
+        files = JobFiles.of(behaviour.folder, "77")
+        if files.stop.exists():
+            files.outcome.write_text(outcome + "\n")
+            return status
+        return None
+    return behaviour
+
+
+def warned_job(job, outcome, status=0, **kwargs):
+    behaviour = stops_with(outcome, status)
+    behaviour.folder = job.files.folder.parent
+    job.files.stop.touch()  # the batch script's trap, at the warning
+    return job(component_0=behaviour, component_1=behaviour, **kwargs)
+
+
+def test_the_time_limit_warning_checkpoints_and_requeues(job, capsys):
+    slurm = Slurm()
+    runtime, _ = warned_job(job, "stopped 7", slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: time limit or preemption warning: asking every rank to checkpoint" in out
+    assert "slurmgen: checkpoint saved at step 7; requeueing job 77 (restart 1 of at most 3)" in out
+    assert slurm.requeued == ["77"] and record(job.files).restarts == 1 and record(job.files).failures == []
+
+
+def test_no_restart_left_ends_the_job_as_unfinished(job, capsys):
+    JobRecord(restarts=1).save(job.files.record)
+    slurm = Slurm()
+    runtime, _ = warned_job(job, "stopped 7", slurm=slurm, max_restarts=1)
+    assert runtime.main() == 1
+    assert "slurmgen: training unfinished; not requeueing: 1 restart(s) used" in capsys.readouterr().err
+    assert slurm.requeued == []
+
+
+def test_preemption_waits_for_slurm_and_uses_no_restart(job, capsys):
+    slurm = Slurm(preempted=True)
+    runtime, _ = warned_job(job, "stopped 9", slurm=slurm, max_restarts=0)
+    assert runtime.main() == 0
+    assert "slurmgen: checkpoint saved at step 9; job 77 preempted: Slurm requeues it" in capsys.readouterr().out
+    assert job.clock.slept[-1] == PREEMPTED_WAIT and slurm.requeued == [] and record(job.files).restarts == 0
+
+
+def test_a_crash_after_the_warning_is_not_a_checkpoint(job, capsys):
+    slurm = Slurm()
+    runtime, _ = warned_job(job, "", status=5, slurm=slurm)
+    assert runtime.main() == 5
+    assert "ranks failed after the warning, no checkpoint saved; not requeueing" in capsys.readouterr().err
+    assert slurm.requeued == []
+
+
+def test_training_that_finished_before_the_warning_is_not_requeued(job, capsys):
+    slurm = Slurm()
+    runtime, _ = warned_job(job, "finished 85", slurm=slurm)
+    assert runtime.main() == 0
+    assert "training finished before the warning could stop it" in capsys.readouterr().out
+    assert slurm.requeued == []
+    runtime, steps = job()  # Slurm requeues it once more (25.11, after a preemption): it ends at once
+    assert runtime.main() == 0 and steps.started == []
+
+
+def test_ranks_that_do_not_stop_are_stopped_after_the_stop_wait(job, capsys):
+    job.files.stop.touch()
+    runtime, _ = job(stop_wait=30.0)
+    assert runtime.main() == 0
+    assert "ranks did not stop within 30 s of the warning; stopping them" in capsys.readouterr().err
+    assert 1030 < job.clock.now < 1035 + 30
+
+
+def test_code_that_takes_no_stop_file_is_stopped_after_the_grace(job, capsys):
+    job.files.stop.touch()
+    runtime, _ = job(stop_grace=15.0)
+    assert runtime.main() == 0
+    captured = capsys.readouterr()
+    assert "your code takes no stop file" in captured.err
+    assert "requeueing job 77 (restart 1 of at most 3)" in captured.out
+
+
+def report(host, trl="0.19"):
+    return {"host": host, "python": "3.11", "torch": "2.13", "nccl": "-", "transformers": "5", "trl": trl,
+            "datasets": "4", "gpus": "1 of 1"}
+
+
+def test_a_node_whose_software_differs_is_left_out_at_once(job, capsys):
+    slurm = Slurm()
+    runtime, steps = job(slurm=slurm, preflight=True,
+                         reports=[[report("node1"), report("node2")], [report("node3", "0.0.1"), report("node4")]])
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: preflight failed; not starting training:" in out
+    assert "slurmgen: failure 1 of at most 2 (preflight on node3): requeueing job 77 to resume from its newest" \
+           " checkpoint; excluding node3 (preflight)" in out
+    assert steps.started == ["preflight_step", "preflight_step"] and slurm.excluded == ["node3"]
+
+
+def test_differences_on_several_nodes_end_the_job(job, capsys):
+    slurm = Slurm()
+    runtime, steps = job(slurm=slurm, preflight=True,
+                         reports=[[report("node1", "1"), report("node2")], [report("node3", "0.0.1"), report("node4")]])
+    assert runtime.main() == 1
+    assert slurm.requeued == [] and "component_0" not in steps.started
+
+
+def test_preflight_passes_and_training_starts(job, capsys):
+    runtime, steps = job(component_0=exits(0, 1001), component_1=exits(0, 1001), preflight=True,
+                         reports=[[report("node1"), report("node2")], [report("node3"), report("node4")]])
+    assert runtime.main() == 0
+    assert "slurmgen: preflight passed on 4 node(s)" in capsys.readouterr().out
+    assert steps.started == ["preflight_step", "preflight_step", "component_0", "component_1"]
+    assert not job.files.preflight.exists()
