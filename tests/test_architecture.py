@@ -10,11 +10,12 @@ PACKAGE = ROOT / "slurmgen"
 MAX_LINES = 350
 # Where code runs: what each folder may import from slurmgen (the commands at the top import all).
 MAY_IMPORT = {
+    # contract: the names the ranks' side defines (train/contract.py), for everything
     "plan": {"plan", "site"},  # site only for the installed Slurm release, by passthrough
     "script": {"plan", "script"},
     "site": {"plan", "site"},
-    "job": {"job", "site"},
-    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors"},
+    "job": {"job", "site", "contract"},
+    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors", "contract"},
     "observe": {"observe", "site", "job"},  # job: where a job's folder is
 }
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from slurmgen.job.record import Failure, JobFiles, JobRecord
-from slurmgen.job.runtime import PREEMPTED_WAIT, Component, JobSpec, Runtime, State
+from slurmgen.job.runtime import PREEMPTED_WAIT, Component, JobSpec, Runtime
 from slurmgen.job.slurm import JobInfo
 
 NODES = ["node1", "node2", "node3", "node4"]

@@ -13,13 +13,14 @@ import os
 from typing import Any
 
 from train.cli import UsageError
+from train.contract import COLLECTIVE_TIMEOUT_ENV
 from train.distenv import DistEnv
 
 DEFAULT_COLLECTIVE_TIMEOUT = 600
 
 
 def collective_timeout() -> int:
-    raw = os.environ.get("SLURMGEN_COLLECTIVE_TIMEOUT")
+    raw = os.environ.get(COLLECTIVE_TIMEOUT_ENV)
     if not raw:
         return DEFAULT_COLLECTIVE_TIMEOUT
     try:

@@ -25,8 +25,10 @@ import signal
 import socket
 import time
 
-HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"
-DUMP_SIGNAL = signal.SIGUSR1
+from train import contract
+from train.contract import HEARTBEAT_DIR_ENV
+
+DUMP_SIGNAL = getattr(signal, contract.DUMP_SIGNAL)
 HANG_IN_DATA_ENV = "SLURMGEN_TEST_HANG_IN_DATA"
 CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
 
@@ -89,7 +91,7 @@ def beat(step: int) -> None:
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder:
         return
-    path = os.path.join(folder, f"rank-{rank()}")
+    path = os.path.join(folder, contract.BEAT_FILE.format(rank=rank()))
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"

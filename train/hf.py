@@ -13,12 +13,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from train import checkpoint, cli, collectives, devices, heartbeat, outputs, saves, stop
+from train.contract import PRECISION_ENV
 from train.distenv import DistEnv
 
-
-# "bf16" or "fp16": what every GPU of the job supports (the batch script's preflight, from each
-# node's GPU model); a rank whose own GPU has bf16 still trains in fp16 when another lacks it.
-PRECISION_ENV = "SLURMGEN_PRECISION"
+# PRECISION_ENV, "bf16" or "fp16": what every GPU of the job supports (the job runtime's preflight,
+# from each node's GPU model); a rank whose own GPU has bf16 still trains in fp16 when another lacks it.
 
 
 def one_precision(args) -> None:

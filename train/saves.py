@@ -23,7 +23,7 @@ import time
 from train import collectives, heartbeat
 
 SAVE_TIMEOUT_ENV = "SLURMGEN_SAVE_TIMEOUT"
-STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"
+from train.contract import STOP_WAIT_ENV
 SAVE_SLEEP_ENV = "SLURMGEN_TEST_SAVE_SLEEP"
 DEFAULT_ALLOWANCE = 600.0  # the default collective timeout: what a save could take before
 

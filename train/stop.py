@@ -20,10 +20,10 @@ import time
 
 from train.collectives import active_group, collective_device
 
-STOP_FILE_ENV = "SLURMGEN_STOP_FILE"
-# Rank 0 writes "stopped STEP" or "finished STEP" here at the end, so the batch script does not
-# requeue a run whose last step came before the warning could stop it.
-OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"
+from train.contract import FINISHED, OUTCOME_FILE_ENV, STOP_FILE_ENV, STOPPED
+
+# Rank 0 writes "stopped STEP" or "finished STEP" to OUTCOME_FILE_ENV at the end, so the job runtime
+# does not requeue a run whose last step came before the warning could stop it.
 # Test hook: seconds every rank pauses at each step boundary in a job's first run (before any
 # requeue), so an end-to-end time-limit test's first run cannot finish before the warning however
 # idle the machine, while the resumed run is not slowed.
@@ -119,5 +119,5 @@ def report_outcome(stopped_early: bool, step: int) -> None:
         return
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        fh.write(f"{'stopped' if stopped_early else 'finished'} {step}\n")
+        fh.write(f"{STOPPED if stopped_early else FINISHED} {step}\n")
     os.replace(tmp, path)

@@ -17,9 +17,9 @@ from train import checkpoint, collectives, heartbeat, hf, outputs, script_hooks,
 from train.distenv import DistEnv
 
 RESUME_ENV = "SLURMGEN_RESUME"  # "auto": resume from the newest complete checkpoint
-# Made when a Trainer that takes the stop file starts training: at a warning the batch script
-# then waits for its checkpoint, and otherwise stops the ranks after a short grace.
-STOPPABLE_FILE = "stoppable"
+# STOPPABLE_FILE is made when a Trainer that takes the stop file starts training: at a warning the
+# job runtime then waits for its checkpoint, and otherwise stops the ranks after a short grace.
+from train.contract import STOPPABLE_FILE
 
 
 def after_trainer_import(module) -> None:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from slurmgen import contract
 from slurmgen.job.stacks import RankView, in_collective, main_thread, parse_threads, summarize, where
 
 
-DUMP_SIGNAL = "USR1"  # train.heartbeat.DUMP_SIGNAL
+DUMP_SIGNAL = contract.DUMP_SIGNAL[3:]  # kill's spelling: USR1
 POLL_SECONDS = 5.0
 STACK_WAIT_SECONDS = 10.0
 
@@ -64,7 +65,7 @@ class Beat:
 
 def read_beats(folder: Path) -> dict[int, Beat]:
     beats = {}
-    for path in folder.glob("rank-*"):
+    for path in folder.glob(contract.BEAT_FILE.format(rank="*")):
         if path.suffix == ".tmp":
             continue
         try:

@@ -22,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Optional
 
+from slurmgen import contract
 from slurmgen.job import preflight, retry, slurm
 from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord
 
@@ -96,7 +97,7 @@ class Runtime:
 
     def main(self) -> int:
         """The batch script's exit status."""
-        if self._outcome()[0] == "finished":  # Slurm 25.11 may requeue a preempted job twice
+        if self._outcome()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
             say("slurmgen: finished in an earlier run")
             return 0
         self.files.outcome.unlink(missing_ok=True)
@@ -147,7 +148,7 @@ class Runtime:
                 return self._finish(State.REQUEUED, 0)
             return self._finish(State.FAILED, 1)
         if found.precision:  # one dtype for every rank: bf16 only where every GPU has it
-            os.environ["SLURMGEN_PRECISION"] = found.precision
+            os.environ[contract.PRECISION_ENV] = found.precision
         self.files.preflight.unlink(missing_ok=True)
         return None
 
@@ -178,7 +179,7 @@ class Runtime:
                 return self._end(0)
             if run.warned_at is not None and not run.status:
                 waited = self.clock() - run.warned_at
-                if spec.stop_grace and waited > spec.stop_grace and not (self.files.beats / "stoppable").exists():
+                if spec.stop_grace and waited > spec.stop_grace and not (self.files.beats / contract.STOPPABLE_FILE).exists():
                     say("slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it;"
                         " the steps since its own last checkpoint are lost", err=True)
                     self._stop_steps()
@@ -210,10 +211,10 @@ class Runtime:
             return self._finish(State.FINISHED, 0)
         how, step = self._outcome()
         saved = f"checkpoint saved at step {step}; " if step else ""
-        if how == "finished":
+        if how == contract.FINISHED:
             say("slurmgen: training finished before the warning could stop it; not requeueing")
             return self._finish(State.FINISHED, status)
-        if status and how != "stopped":
+        if status and how != contract.STOPPED:
             say("slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing", err=True)
             return self._finish(State.FAILED, status)
         if self.slurm.job_info(self.spec.job).preempted:
@@ -244,7 +245,7 @@ class Runtime:
         elif not node and why == CRASH:
             node = retry.crashed_node(self.slurm.read_log(info.log))
         node = self.slurm.node_name(node, info.nodes)
-        if not gone and why != PREFLIGHT and not any(self.files.beats.glob("rank-*")):
+        if not gone and why != PREFLIGHT and not any(self.files.beats.glob(contract.BEAT_FILE.format(rank="*"))):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
             return False

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import MutableMapping, Optional
 
+from slurmgen.contract import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_DIR_ENV, STOP_FILE_ENV, STOP_WAIT_ENV
 from slurmgen.plan.launch import iface_prefixes, job_port, matching_iface
 from slurmgen.plan.spec import SHIPPED_MODULES
 from slurmgen.plan.words import train_arg
@@ -36,8 +37,6 @@ RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 # First line of every task's stdout; the submitting side reads it to name a failing task.
 START_MARK = "slurmgen-task:"
-STOP_FILE_ENV = "SLURMGEN_STOP_FILE"  # same name as train.stop.STOP_FILE_ENV
-COLLECTIVE_TIMEOUT_ENV = "SLURMGEN_COLLECTIVE_TIMEOUT"
 LOCAL_MASTER_ADDR = "127.0.0.1"
 
 
@@ -84,8 +83,6 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
             env.setdefault(HEARTBEAT_DIR_ENV, heartbeat_dir(env[FOLDER_ENV], job_id_of(env)))
 
 
-HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"  # train.heartbeat's
-STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"  # train.saves': a save longer than this is warned about
 
 
 def heartbeat_dir(folder, job_id: str) -> str:

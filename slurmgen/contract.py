@@ -1,0 +1,23 @@
+"""What the job runtime and the ranks agree on (environment variables, file names, words), read from
+train/contract.py beside this package by its path: defined once, and never through `import train`,
+which a user's own train.py in the working directory would shadow."""
+
+import importlib.util
+from pathlib import Path
+
+_FILE = Path(__file__).resolve().parent.parent / "train" / "contract.py"
+_spec = importlib.util.spec_from_file_location("slurmgen._train_contract", _FILE)
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+
+STOP_FILE_ENV: str = _module.STOP_FILE_ENV
+OUTCOME_FILE_ENV: str = _module.OUTCOME_FILE_ENV
+STOPPED: str = _module.STOPPED
+FINISHED: str = _module.FINISHED
+HEARTBEAT_DIR_ENV: str = _module.HEARTBEAT_DIR_ENV
+BEAT_FILE: str = _module.BEAT_FILE
+STOPPABLE_FILE: str = _module.STOPPABLE_FILE
+DUMP_SIGNAL: str = _module.DUMP_SIGNAL
+STOP_WAIT_ENV: str = _module.STOP_WAIT_ENV
+COLLECTIVE_TIMEOUT_ENV: str = _module.COLLECTIVE_TIMEOUT_ENV
+PRECISION_ENV: str = _module.PRECISION_ENV
