@@ -10,7 +10,7 @@ else
     echo "== bench/cluster_and_demo.py"
     python bench/cluster_and_demo.py
 fi
-for bench in render_speed bench_packing bench_dataprep bench_memory bench_load_once rank_hooks_overhead submit_latency script_overhead; do
+for bench in render_speed bench_packing bench_dataprep bench_memory bench_load_once rank_hooks_overhead submit_latency script_overhead resume_exactness; do
     echo "== bench/$bench.py"
     python "bench/$bench.py"
 done

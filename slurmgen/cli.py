@@ -281,16 +281,24 @@ def watch_command(job_ids, output_dir, interval, timeout):
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...")
 @click.option("-o", "--out", default=None, metavar="DIR",
               help="Where report.html and the PNGs go [default: the one RUN_DIR given, else ./slurmgen-report].")
-def report_command(run_dirs, out):
+@click.option("--logs", "logs", multiple=True, metavar="PATH",
+              help="Job logs (sbatch --output files), or the --log-dir holding them; repeatable. A log "
+                   "belongs to the run whose directory it names (a sweep's run line, or a resume); one that "
+                   "names none counts only when one run is reported and it is the only such log. Gives each "
+                   "run its job ids, restarts and their causes.")
+def report_command(run_dirs, out, logs):
     """\b
-    Example: slurmgen report runs/lr-sweep
+    Example: slurmgen report runs/lr-sweep --logs logs
 
     Compare runs (or a sweep's parent directory): a ranked table here, report.html and PNG plots.
+    The page shows each run's context: settings (what differs first), nodes and ranks, start, end
+    and wall time, best loss, throughput over the run, interruptions on the loss chart, and goodput:
+    the share of the wall time (first to last logged step) spent on steps that were kept.
     """
     from slurmgen.observe import report, report_html
 
     try:
-        runs = report.find_runs(list(run_dirs))
+        runs = report.find_runs(list(run_dirs), list(logs))
         click.echo(report.terminal_table(runs))
         target = out or (run_dirs[0] if len(run_dirs) == 1 else "slurmgen-report")
         written = report_html.write_report(runs, target)

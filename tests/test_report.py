@@ -157,7 +157,7 @@ def test_write_report_writes_a_self_contained_page_with_two_real_plots(sweep, tm
     assert "Ranked by final train loss" in page
     for name, swept, *_ in RUNS:
         assert name in page
-        assert all(f"<th>{k}</th>" in page and f"<td>{v}</td>" in page for k, v in swept.items())
+        assert all(f"<th>{k}</th>" in page and f'<td data-label="{k}">{v}</td>' in page for k, v in swept.items())
 
 
 def test_write_report_without_tokens_or_losses(tmp_path):
@@ -176,7 +176,7 @@ def test_values_from_files_are_html_escaped(tmp_path):
     page = (out / "report.html").read_text()
     assert "<b>" not in page and "<i>" not in page
     assert "&lt;b&gt;bold&lt;/b&gt;" in page and "&lt;i&gt;&amp;x&lt;/i&gt;" in page
-    assert "<td>0.001</td>" in page
+    assert '<td data-label="$lr">0.001</td>' in page
 
 
 def test_bad_paths_give_one_line(tmp_path):

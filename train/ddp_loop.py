@@ -5,13 +5,17 @@
 
 Process group from the environment (train.distenv: torchrun or one Slurm task per GPU),
 nccl on CUDA and gloo on CPU, DistributedSampler with set_epoch, rank 0 logs and saves,
-resume from the newest complete checkpoint, stop file honoured at every step.
+resume from the newest complete checkpoint, stop file honoured at every step. A resume is exact
+(train.resume): the data continues at the next batch of its epoch, and every rank's random state
+(python, numpy, torch) comes back from the checkpoint; data loader workers draw from generators
+seeded per batch (train.rng.SeededBatches).
 Runs as a single process without any launcher too. With --fsdp the model is sharded instead
 (torch's fully_shard on each transformer block, then the whole model): each rank holds its share
 of the parameters, gradients and optimizer state; checkpoints are gathered into the same format.
 
 Checkpoint format: ``checkpoint-N/`` holds the model and tokenizer in HF format plus
-``trainer.pt`` (optimizer state and step); the data position follows from the step.
+``trainer.pt`` (optimizer state, step, world size, seed, batch size, and every rank's random
+state); the data position follows from the step.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import itertools
 import time
 from pathlib import Path
 
-from train import checkpoint, cli, collectives, data, devices, distenv, heartbeat, hub, outputs, program, saves, stop
+from train import (checkpoint, cli, collectives, data, devices, distenv, heartbeat, hub, outputs, program, resume,
+                   rng, saves, stop)
 
 RENAMED = {
     **cli.RENAMED_ARGS,
@@ -49,6 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max_length", type=int, default=256)
     p.add_argument("--logging_steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dataloader_num_workers", type=int, default=0, help="data loader worker processes per rank")
     p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
     p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
     cli.one_line_parser_errors(p)
@@ -56,6 +62,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
         if getattr(args, name) <= 0:
             raise cli.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.dataloader_num_workers < 0:
+        raise cli.UsageError(f"--dataloader_num_workers must be 0 or more, got {args.dataloader_num_workers}")
     return args
 
 
@@ -143,16 +151,35 @@ def save(args, denv, model, tokenizer, optimizer, step: int, sharded: bool = Fal
 
     saves.begin(step)
     model_state, optimizer_state = full_states(model, optimizer, sharded)
+    random_states = rng.gather()  # every rank's, written by rank 0
     if denv.is_main:
         with checkpoint.staged_checkpoint(args.output_dir, step) as tmp:
             model.save_pretrained(tmp, state_dict=model_state)
             tokenizer.save_pretrained(tmp)
-            torch.save({"optimizer": optimizer_state, "step": step, "world_size": denv.world_size},
+            torch.save({"optimizer": optimizer_state, "step": step, "world_size": denv.world_size,
+                        "seed": args.seed, "batch_size": args.batch_size, "rng": random_states},
                        Path(tmp) / STATE_FILE)
             saves.pause_for_test(step, denv.is_main)
         checkpoint.prune(args.output_dir, args.save_total_limit)
     collectives.barrier()
     saves.end(step, denv.is_main)
+
+
+def exact_resume(args, denv, state: dict, device, per_epoch: int) -> None:
+    """This rank's random state back from the checkpoint, and the job-log line on exactness."""
+    saved = state.get("rng")
+    reasons = resume.common_reasons(state.get("world_size"), denv.world_size, args.logging_steps, device.type)
+    for name in ("seed", "batch_size"):
+        if state.get(name, getattr(args, name)) != getattr(args, name):
+            reasons.append(f"--{name} {getattr(args, name)}, the checkpoint's run had {state[name]}")
+    if saved is None:
+        reasons.append("the checkpoint has no random state (written before slurmgen saved it)")
+    elif len(saved) == denv.world_size:
+        rng.restore(saved[denv.rank])
+    epoch, batch = divmod(state["step"], per_epoch)
+    resume.verdict(denv, state["step"], reasons,
+                   f"data from batch {batch} of epoch {epoch} on every rank, random state of {denv.world_size}"
+                   " rank(s) restored")
 
 
 def _main(argv: list[str]) -> dict | None:
@@ -171,8 +198,8 @@ def _main(argv: list[str]) -> dict | None:
     device = torch.device("cpu") if args.use_cpu else devices.device_for(denv)
     collectives.init_process_group(denv, device)
     try:
-        torch.manual_seed(args.seed)
-        resume = outputs.decide_resume(args.output_dir, denv)
+        rng.seed_all(args.seed)
+        chosen = outputs.decide_resume(args.output_dir, denv)
 
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
         if tokenizer.pad_token is None:
@@ -183,7 +210,7 @@ def _main(argv: list[str]) -> dict | None:
         data_prep_seconds = time.perf_counter() - t_prep
 
         # Resuming loads the weights from the checkpoint itself (HF format).
-        source = resume[1] if resume else args.model_name_or_path
+        source = chosen[1] if chosen else args.model_name_or_path
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(device)
         sharded = args.fsdp and denv.distributed
         if sharded:
@@ -191,9 +218,9 @@ def _main(argv: list[str]) -> dict | None:
         ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
                if denv.distributed and not sharded else model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-        step = 0
-        if resume:
-            state = torch.load(Path(resume[1]) / STATE_FILE, map_location=device, weights_only=False)
+        step, state = 0, None
+        if chosen:
+            state = torch.load(Path(chosen[1]) / STATE_FILE, map_location=device, weights_only=False)
             load_optimizer(model, optimizer, state["optimizer"], sharded)
             step = state["step"]
         start_step = step
@@ -211,6 +238,8 @@ def _main(argv: list[str]) -> dict | None:
         progress.start(step)
         heartbeat.beat(step)  # loaded: from here on a rank that does not advance is a hang
 
+        if state is not None:  # last: the random state is that of the end of the checkpoint's step
+            exact_resume(args, denv, state, device, per_epoch)
         ddp.train()
         tokens = torch.zeros(1, dtype=torch.int64, device=device)
         loss_sum = torch.zeros(1, dtype=torch.float64, device=device)
@@ -219,8 +248,14 @@ def _main(argv: list[str]) -> dict | None:
         epoch, done_in_epoch = divmod(step, per_epoch)
         while step < args.max_steps and not stopped:
             sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            loader = DataLoader(ds, batch_size=args.batch_size, drop_last=True, collate_fn=collate,
-                                sampler=SkipSampler(sampler, done_in_epoch * args.batch_size))
+            # Own generators (the loader's, and the workers' per batch): the global random state,
+            # which dropout draws from, is not touched by starting an epoch or a resumed one.
+            loader = DataLoader(
+                rng.SeededBatches(ds, args.seed, epoch, denv.rank), collate_fn=collate,
+                batch_sampler=rng.SeededBatches.batches(SkipSampler(sampler, done_in_epoch * args.batch_size),
+                                                        args.batch_size, first=done_in_epoch),
+                num_workers=args.dataloader_num_workers,
+                generator=torch.Generator().manual_seed(rng.derived(args.seed, epoch, denv.rank)))
             for batch in data.batches(loader, step):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 loss = ddp(**batch).loss
@@ -237,6 +272,7 @@ def _main(argv: list[str]) -> dict | None:
                         torch.distributed.all_reduce(mean)
                         mean /= denv.world_size
                     progress.log(step, mean.item())
+                resume.stop_here_for_test(step, denv.is_main)
                 stopped = step < args.max_steps and stop.stop_requested(denv.is_main)
                 heartbeat.beat(step)
                 if stopped or step % args.save_steps == 0 or step == args.max_steps:
@@ -254,7 +290,7 @@ def _main(argv: list[str]) -> dict | None:
         return outputs.finish(
             args.output_dir, denv,
             global_step=step, start_step=start_step,
-            resumed_from_step=resume[0] if resume else None,
+            resumed_from_step=chosen[0] if chosen else None,
             progress=progress,
             train_loss=train_loss,
             elapsed=elapsed, global_batch=global_batch,

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from train import checkpoint, cli, collectives, devices, heartbeat, outputs, saves, stop
+from train import checkpoint, cli, collectives, devices, heartbeat, outputs, resume, saves, stop
 from train.contract import PRECISION_ENV
 from train.distenv import DistEnv
 
@@ -155,6 +155,7 @@ class ContractCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         # Every rank gets here at every optimizer step, so the all_reduce inside lines up.
+        resume.stop_here_for_test(state.global_step, self.denv.is_main)
         if state.global_step < state.max_steps and stop.stop_requested(self.denv.is_main):
             self.stopped_at = state.global_step
             control.should_save = True
@@ -199,8 +200,10 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None,
     cb = ContractCallback(denv, progress, keep)
     trainer.add_callback(cb)
 
-    resume = outputs.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
-    result = trainer.train(resume_from_checkpoint=None if resume is None else resume[1])
+    chosen = outputs.decide_resume(args.output_dir, denv, fallback=args.resume_from_checkpoint)
+    if chosen is not None:
+        resume.verdict(denv, chosen[0], *resume.hf_reasons(args, chosen[1], denv.world_size))
+    result = trainer.train(resume_from_checkpoint=None if chosen is None else chosen[1])
     state = trainer.state
     stopped = cb.stopped_at is not None
     extra = extra_after(stopped) if extra_after else {}
@@ -210,7 +213,7 @@ def train_and_finish(trainer, denv: DistEnv, extra_after=None,
         denv,
         global_step=state.global_step,
         start_step=cb.step_begin,
-        resumed_from_step=None if resume is None else resume[0],
+        resumed_from_step=None if chosen is None else chosen[0],
         progress=progress,
         train_loss=result.training_loss if state.global_step > cb.step_begin else None,
         elapsed=max(cb.t_end - cb.t_begin, 0.0),

@@ -2,7 +2,8 @@
 
 Reads what the training entry points write into each run's --output_dir (train/outputs.py):
 progress.jsonl (one JSON line per logged step) and metrics.json (at the end), plus sweep.json
-(KEY: VALUE of the swept settings) where a sweep wrote one. Standard library only; matplotlib
+(KEY: VALUE of the swept settings) where a sweep wrote one; with --logs, the job logs too
+(report_logs), for each run's context (report_context). Standard library only; matplotlib
 is imported inside write_report, so listing runs works on a bare login node (and never torch).
 """
 
@@ -15,6 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
+
+from slurmgen.observe import report_context, report_logs
 
 PROGRESS = "progress.jsonl"
 METRICS = "metrics.json"
@@ -42,12 +45,16 @@ class Run:
     final_loss: Optional[float] = None
     eval_loss: Optional[float] = None
     state: str = "running/incomplete"
+    entries: list[dict] = field(default_factory=list, repr=False)  # progress.jsonl's lines
+    metrics: Optional[dict] = field(default=None, repr=False)
+    context: report_context.Context = field(default_factory=report_context.Context)
 
 
 # ---- finding and reading runs ------------------------------------------------------------------
 
-def find_runs(paths: list[str]) -> list[Run]:
-    """Runs under each path (a run dir, or a parent of runs up to two levels down), in order."""
+def find_runs(paths: list[str], logs: Optional[list[str]] = None) -> list[Run]:
+    """Runs under each path (a run dir, or a parent of runs up to two levels down), in order, each
+    with its context; logs: job log files or directories of them (report_logs.match)."""
     if not paths:
         raise ReportError("report: no run directories given")
     runs: list[Run] = []
@@ -57,6 +64,14 @@ def find_runs(paths: list[str]) -> list[Run]:
             if run_dir.resolve() not in seen:
                 seen.add(run_dir.resolve())
                 runs.append(read_run(run_dir, name))
+    try:
+        files = report_logs.log_files(list(logs or []))
+    except report_logs.LogError as err:
+        raise ReportError(str(err)) from None
+    job_logs = [log for log in map(report_logs.read_log, files) if log is not None]
+    for run, starts in zip(runs, report_logs.match([r.path for r in runs], job_logs)):
+        run.context = report_context.build(run.path, run.entries, run.metrics, run.swept, run.steps,
+                                           run.losses, starts)
     return runs
 
 
@@ -100,8 +115,10 @@ def read_run(run_dir: Path, name: Optional[str] = None) -> Run:
     run = Run(name=name or run_dir.resolve().name, path=run_dir, swept=_read_sweep(run_dir))
     progress = _read_progress(run_dir / PROGRESS)
     metrics = _read_json_object(run_dir / METRICS)
+    run.entries, run.metrics = progress, metrics
     _fill_series(run, progress)
     _fill_summary(run, progress, metrics)
+    run.context = report_context.build(run_dir, progress, metrics, run.swept, run.steps, run.losses, [])
     return run
 
 
@@ -203,8 +220,8 @@ def _finite(value: Optional[float]) -> bool:
     return value is not None and math.isfinite(value)
 
 
-COLUMNS = ("rank", "run", "swept", "steps", "final loss", "eval loss", "samples/s", "tokens/s", "state",
-           "loss curve")
+COLUMNS = ("rank", "run", "swept", "steps", "final loss", "eval loss", "samples/s", "tokens/s", "goodput",
+           "restarts", "state", "loss curve")
 BARS = "▁▂▃▄▅▆▇█"  # lowest to highest
 
 
@@ -224,7 +241,9 @@ def sparkline(values: list[float], width: int = 24) -> str:
 def _row(position: int, run: Run) -> list[str]:
     return [str(position), printable(run.name), printable(swept_text(run)), steps_text(run),
             fmt(run.final_loss, 4), fmt(run.eval_loss, 4), fmt(run.samples_per_second, 1),
-            fmt(run.tokens_per_second, 1), run.state, sparkline(run.losses)]
+            fmt(run.tokens_per_second, 1), goodput_text(run), str(len(run.context.restarts)
+                                                                    or len(run.context.interruptions)),
+            run.state, sparkline(run.losses)]
 
 
 def terminal_table(runs: list[Run]) -> str:
@@ -232,7 +251,7 @@ def terminal_table(runs: list[Run]) -> str:
     ranked, key = rank(runs)
     rows = [list(COLUMNS)] + [_row(i, r) for i, r in enumerate(ranked, 1)]
     widths = [max(len(row[c]) for row in rows) for c in range(len(COLUMNS))]
-    numeric = {0, 3, 4, 5, 6, 7}
+    numeric = {0, 3, 4, 5, 6, 7, 8, 9}
     lines = ["  ".join(cell.rjust(w) if c in numeric else cell.ljust(w)
                        for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
     return "\n".join([f"ranked by {KEY_LABELS[key]} (lower is better)"] + lines)
@@ -245,6 +264,11 @@ def printable(text: str) -> str:
 
 def swept_text(run: Run) -> str:
     return " ".join(f"{k}={v}" for k, v in run.swept.items()) or "-"
+
+
+def goodput_text(run: Run) -> str:
+    value = run.context.goodput
+    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def steps_text(run: Run) -> str:
