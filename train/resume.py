@@ -20,12 +20,13 @@ import os
 
 from train import outputs
 from train.distenv import DistEnv
+from train.contract import STOP_FILE_ENV
 
 STOP_AT_ENV = "SLURMGEN_TEST_STOP_AT"
 
 
 def stop_here_for_test(step: int, is_main: bool) -> None:
-    at, path = os.environ.get(STOP_AT_ENV), os.environ.get("SLURMGEN_STOP_FILE")
+    at, path = os.environ.get(STOP_AT_ENV), os.environ.get(STOP_FILE_ENV)
     if is_main and at and path and str(step) == at:
         open(path, "a").close()
 
