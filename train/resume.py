@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 
 from train import outputs
-from train.distenv import DistEnv
 from train.contract import STOP_FILE_ENV
+from train.distenv import DistEnv
 
 STOP_AT_ENV = "SLURMGEN_TEST_STOP_AT"
 
