@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,9 +102,8 @@ def exclude(job: str, names: list[str]) -> None:
     among them leave their component's pins first (ReqNodeList), which Slurm would otherwise refuse
     to combine with the exclusion, or never meet; Slurm then picks another node for that place."""
     import hostlist
-    from slurmgen.site.jobs import job_records
 
-    for record in job_records(job):
+    for record in _requeued(job):
         pins = expand(record.get("ReqNodeList", ""))
         keep = [n for n in pins if n not in names]
         if len(keep) == len(pins):
@@ -117,6 +117,20 @@ def exclude(job: str, names: list[str]) -> None:
     done = _scontrol("update", f"JobId={job}", f"ExcNodeList={text}")
     if done.returncode != 0:
         _warn(f"could not exclude {text}: {done.stderr.strip()}")
+
+
+def _requeued(job: str, wait: float = 3.0) -> list[dict]:
+    """The job's records once every het component is pending again (Slurm requeues them one after
+    the other): an update between two requeues is lost, and 22.05 then pins each component to the
+    nodes it had. At most ``wait`` s: the requeue's KILL ends this process after KillWait."""
+    from slurmgen.site.jobs import job_records
+
+    deadline = time.monotonic() + wait
+    while True:
+        records = job_records(job)
+        if all(r.get("JobState") == "PENDING" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
 
 
 def signal_steps(job: str) -> bool:
