@@ -93,8 +93,25 @@ def fits_without(layout, partition: str, excluded: list[str]) -> bool:
     return layout_fits(layout, caps)
 
 
-def requeue(job: str) -> bool:
-    return _scontrol("requeue", job).returncode == 0
+def requeue(job: str, wait: float = 3.0) -> bool:
+    """Requeue the job, and return once Slurm has requeued every het component (their Restarts
+    count went up; at most ``wait`` s, as the requeue's KILL ends this process after KillWait): an
+    exclusion set between two components' requeues is lost, and 22.05 then pins each component
+    to the nodes it had."""
+    from slurmgen.site.jobs import job_records
+
+    def restarts() -> dict:
+        return {r.get("JobId"): r.get("Restarts") for r in job_records(job)}
+    before = restarts()
+    if _scontrol("requeue", job).returncode != 0:
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        now = restarts()
+        if all(now.get(j) != count for j, count in before.items() if count is not None):
+            break
+        time.sleep(0.1)
+    return True
 
 
 def exclude(job: str, names: list[str]) -> None:
@@ -102,8 +119,9 @@ def exclude(job: str, names: list[str]) -> None:
     among them leave their component's pins first (ReqNodeList), which Slurm would otherwise refuse
     to combine with the exclusion, or never meet; Slurm then picks another node for that place."""
     import hostlist
+    from slurmgen.site.jobs import job_records
 
-    for record in _requeued(job):
+    for record in job_records(job):
         pins = expand(record.get("ReqNodeList", ""))
         keep = [n for n in pins if n not in names]
         if len(keep) == len(pins):
@@ -117,20 +135,6 @@ def exclude(job: str, names: list[str]) -> None:
     done = _scontrol("update", f"JobId={job}", f"ExcNodeList={text}")
     if done.returncode != 0:
         _warn(f"could not exclude {text}: {done.stderr.strip()}")
-
-
-def _requeued(job: str, wait: float = 3.0) -> list[dict]:
-    """The job's records once every het component is pending again (Slurm requeues them one after
-    the other): an update between two requeues is lost, and 22.05 then pins each component to the
-    nodes it had. At most ``wait`` s: the requeue's KILL ends this process after KillWait."""
-    from slurmgen.site.jobs import job_records
-
-    deadline = time.monotonic() + wait
-    while True:
-        records = job_records(job)
-        if all(r.get("JobState") == "PENDING" for r in records) or time.monotonic() > deadline:
-            return records
-        time.sleep(0.1)
 
 
 def signal_steps(job: str) -> bool:
