@@ -62,12 +62,13 @@ class Steps:
 
 
 class Slurm:
-    def __init__(self, bad=None, preempted=False, log="", fits=True, requeue_ok=True):
+    def __init__(self, bad=None, preempted=False, log="", fits=True, requeue_ok=True, nodes=NODES):
         self.bad, self.preempted, self.log, self.fits, self.requeue_ok = bad or {}, preempted, log, fits, requeue_ok
+        self.nodes = nodes  # the job's NodeList as scontrol shows it
         self.requeued, self.excluded = [], None
 
     def job_info(self, job):
-        return JobInfo(nodes=NODES, partition="gpu", log="job.out", preempted=self.preempted)
+        return JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted)
 
     def bad_nodes(self, names):
         return {n: s for n, s in self.bad.items() if n in names}
@@ -209,8 +210,9 @@ def test_a_node_slurm_took_down_during_the_last_run_is_counted_and_left_out(job,
 
 
 def test_a_warning_from_a_lost_node_retries_at_once(job, capsys):
-    # 25.11 signals the batch script when a node of the job goes down: no checkpoint can be made
-    slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING"})
+    # 25.11 signals the batch script when a node of the job goes down (and cancels the job a few
+    # seconds later, its NodeList already without the node): no checkpoint can be made
+    slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING"}, nodes=["node1", "node2", "node4"])
     job.files.stop.touch()
     runtime, _ = job(slurm=slurm)
     assert runtime.main() == 0
@@ -219,6 +221,7 @@ def test_a_warning_from_a_lost_node_retries_at_once(job, capsys):
     assert "slurmgen: failure 1 of at most 2 (node on node3): requeueing job 77 to resume from its newest checkpoint;" \
            " excluding node3 (DOWN+NOT_RESPONDING)" in out
     assert slurm.requeued == ["77"] and slurm.excluded == ["node3"]
+    assert record(job.files).open_run == []  # ended by the runtime: the next run counts it no more
 
 
 def stops_with(outcome, status=0):

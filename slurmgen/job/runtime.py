@@ -193,10 +193,10 @@ class Runtime:
     def _warned(self) -> Optional[int]:
         """The batch script made the stop file (USR2 from --signal, or TERM). A node already down
         means Slurm is ending the job for it (25.11 signals the batch script): retry now."""
-        gone = self.slurm.bad_nodes(self.nodes)
-        if gone:
+        if self.slurm.bad_nodes(self.nodes):  # requeue first: Slurm KILLs this process KillWait s on
+            requeued = self._retry(NODE, "")
             self._stop_steps()
-            return self._finish(State.REQUEUED, 0) if self._retry(NODE, "") else self._finish(State.FAILED, 1)
+            return self._finish(State.REQUEUED, 0) if requeued else self._finish(State.FAILED, 1)
         say("slurmgen: time limit or preemption warning: asking every rank to checkpoint")
         self.run.warned_at = self.clock()
         self._enter(State.CHECKPOINTING if not self.run.status else self.run.state)
@@ -238,8 +238,9 @@ class Runtime:
     def _retry(self, why: str, node: str) -> bool:
         """A failed run: count it, leave out the nodes to blame, requeue (True) or not."""
         spec, record = self.spec, self.record
+        record.open_run = []  # this run ends here, by the runtime's own hand
         info = self.slurm.job_info(spec.job)
-        gone = self.slurm.bad_nodes(info.nodes or self.nodes)
+        gone = self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes)))  # 25.11 may drop a failed node
         if gone:
             why, node = NODE, sorted(gone)[0]
         elif not node and why == CRASH:
