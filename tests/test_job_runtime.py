@@ -136,6 +136,8 @@ def test_a_run_whose_components_all_finish_ends_the_job(job, capsys):
     assert steps.started == ["component_0", "component_1"]
     assert capsys.readouterr().out.splitlines()[-1] == "slurmgen: all components finished"
     assert record(job.files).state == "finished" and record(job.files).open_run == []
+    [run] = record(job.files).runs  # what `slurmgen report` counts as allocated time
+    assert run.state == "finished" and run.nodes == NODES and 0 < run.started <= run.ended
 
 
 def test_a_crash_before_training_began_is_not_retried(job, capsys):
@@ -166,6 +168,7 @@ def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
     assert "(crash on node3): requeueing job 77 to resume from its newest checkpoint; excluding node3 (2nd failure" \
            " there)" in capsys.readouterr().out
     assert slurm.excluded == ["node3"] and record(job.files).excluded == ["node3"]
+    assert [r.state for r in record(job.files).runs] == ["requeued", "requeued"]
 
 
 def test_other_components_get_the_settle_time_then_are_stopped(job, capsys):
@@ -267,6 +270,7 @@ def test_preemption_waits_for_slurm_and_uses_no_restart(job, capsys):
     assert runtime.main() == 0
     assert "slurmgen: checkpoint saved at step 9; job 77 preempted: Slurm requeues it" in capsys.readouterr().out
     assert job.clock.slept[-1] == PREEMPTED_WAIT and slurm.requeued == [] and record(job.files).restarts == 0
+    assert record(job.files).runs[-1].state == "preempted"
 
 
 def test_a_crash_after_the_warning_is_not_a_checkpoint(job, capsys):

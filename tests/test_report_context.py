@@ -119,6 +119,27 @@ def test_goodput_counts_kept_steps_against_wall_time(sweep):
     assert clean.goodput == pytest.approx(1.0)
 
 
+def test_goodput_counts_against_allocated_time_when_the_runtime_recorded_the_runs(sweep):
+    """The job runtime's record beside the log gives each run's held time: the preempted run's two
+    runs held their nodes 15 s and 30 s (its queue wait between them is not allocated time)."""
+    from slurmgen.job.record import JobFiles, JobRecord, RunRecord
+
+    runs_dir, logs = sweep
+    files = JobFiles.of(logs, "101")
+    files.folder.mkdir(parents=True)
+    JobRecord(runs=[RunRecord(1000.0, ["node1"], 1015.0, "preempted"),
+                    RunRecord(2000.0, ["node1"], 2030.0, "finished")]).save(files.record)
+    pre = by_name(find_runs([str(runs_dir)], [str(logs)]))["lr-1e-3"].context
+    assert [s.seconds for s in pre.starts] == [15.0, 30.0] and pre.allocated_seconds == 45.0
+    assert pre.goodput == pytest.approx(36.0 / 45.0)
+    from slurmgen.observe.report_html import write_report
+    page = write_report([r for r in find_runs([str(runs_dir)], [str(logs)]) if r.name == "lr-1e-3"], runs_dir / "out")[-1]
+    assert "allocated time (nodes held)" in page.read_text() and "80.0%" in page.read_text()
+    JobRecord(runs=[RunRecord(1000.0, ["node1"], 1015.0, "preempted")]).save(files.record)  # does not pair up
+    pre = by_name(find_runs([str(runs_dir)], [str(logs)]))["lr-1e-3"].context
+    assert pre.allocated_seconds is None and pre.goodput == pytest.approx(36.0 / 338.0)
+
+
 def test_best_loss_settings_and_nodes(sweep):
     runs_dir, logs = sweep
     runs = by_name(find_runs([str(runs_dir)], [str(logs)]))

@@ -55,6 +55,15 @@ class Failure:
 
 
 @dataclass
+class RunRecord:
+    """One run of the job, as the runtime saw it (what `slurmgen report` counts as allocated time)."""
+    started: float  # seconds since the epoch, when the runtime began the run
+    nodes: list[str] = field(default_factory=list)
+    ended: float = 0.0  # when the runtime ended it; 0 while it runs, or when Slurm ended it
+    state: str = ""  # how it ended (runtime.State): finished, requeued, preempted or failed
+
+
+@dataclass
 class JobRecord:
     """Across the runs of one job id (each requeue is a new run of the same job)."""
     restarts: int = 0  # requeues at a time-limit warning, up to --max-restarts
@@ -64,6 +73,7 @@ class JobRecord:
     # run that finds it set was ended by Slurm (a node went down).
     open_run: list[str] = field(default_factory=list)
     state: str = ""  # the runtime's last state (runtime.State), for a person reading the file
+    runs: list[RunRecord] = field(default_factory=list)  # every run the runtime began, oldest first
 
     @classmethod
     def load(cls, path: Path) -> "JobRecord":
@@ -73,6 +83,7 @@ class JobRecord:
             return cls()
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["failures"] = [Failure(**f) for f in known.get("failures", [])]
+        known["runs"] = [RunRecord(**r) for r in known.get("runs", [])]
         return cls(**known)
 
     def save(self, path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from slurmgen import contract
 from slurmgen.job import preflight, retry, slurm
-from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord
+from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord, RunRecord
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
 STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
@@ -126,6 +126,7 @@ class Runtime:
             say(f"slurmgen: the last run of job {self.spec.job} ended when {node} became {gone[node]}: failure "
                 f"{len(self.record.failures)} of at most {self.spec.max_failures}; {node} is left out of later runs")
         self.record.open_run = self.nodes
+        self.record.runs.append(RunRecord(time.time(), self.nodes))
         self._enter(State.STARTING)
         if len(self.record.failures) > self.spec.max_failures:
             say(f"slurmgen: {len(self.record.failures)} failures, more than --max-failures {self.spec.max_failures}:"
@@ -312,6 +313,8 @@ class Runtime:
     def _finish(self, state: State, status: int) -> int:
         self.run.state = state
         self.record.open_run = [] if state != State.PREEMPTED else self.record.open_run
+        if self.record.runs:
+            self.record.runs[-1].ended, self.record.runs[-1].state = time.time(), state.value
         self._save()
         return status
 

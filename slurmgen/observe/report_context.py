@@ -8,11 +8,15 @@ the job log tells it: how many times the job started and at which step each run 
 boundary is put at the longest pause in progress.jsonl that straddles a resume step, and only when
 that pause is at least 3 times the run's median time between lines.
 
-Goodput = training seconds / wall seconds, both from progress.jsonl's timestamps:
-  * training seconds: the sum of the time between consecutive lines of the same attempt, for the
-    lines whose steps were kept (steps a later attempt did again count as lost);
-  * wall seconds: from the first logged line of the run to its last.
-So time lost to interruptions (stop, queue wait, start-up, loading, steps done twice) lowers it;
+Goodput = training seconds / allocated seconds:
+  * training seconds: from progress.jsonl's timestamps, the sum of the time between consecutive
+    lines of the same attempt, for the lines whose steps were kept (steps a later attempt did again
+    count as lost);
+  * allocated seconds: the sum over the job's runs of the time each held its nodes, from the job
+    runtime's record beside the job log (LOG_DIR/.slurmgen-JOBID/state.json, when --logs finds it);
+    without it, wall seconds: from the first logged line of the run to its last.
+So time lost to interruptions (stop, start-up, loading, steps done twice; queue waits only in wall
+seconds) lowers it;
 the first logging interval of each attempt is not counted (its start is not recorded), and a pause
 inside an attempt (a checkpoint save, an evaluation) counts as training.
 """
@@ -64,11 +68,17 @@ class Context:
         return self.last_time - self.first_time
 
     @property
+    def allocated_seconds(self) -> Optional[float]:
+        """What the job's runs held their nodes for; None unless the runtime recorded every run."""
+        seconds = [s.seconds for s in self.starts]
+        return sum(seconds) if seconds and None not in seconds else None
+
+    @property
     def goodput(self) -> Optional[float]:
-        wall = self.wall_seconds
-        if not wall or wall <= 0 or self.training_seconds is None:
+        held = self.allocated_seconds or self.wall_seconds
+        if not held or held <= 0 or self.training_seconds is None:
             return None
-        return min(self.training_seconds / wall, 1.0)
+        return min(self.training_seconds / held, 1.0)
 
     @property
     def job_ids(self) -> list[str]:

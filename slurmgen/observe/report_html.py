@@ -93,8 +93,9 @@ def page_html(ranked: list[Run], key: str, loss_png: bytes, tput_png: bytes) -> 
         "<title>slurmgen report</title>", f"<style>{CSS}</style></head><body>",
         f"<h1>slurmgen report: {len(ranked)} run(s)</h1>",
         f'<p class="note">Ranked by {e(KEY_LABELS[key])} (lower is better). Goodput: the share of a '
-        "run's wall time, first to last logged step, spent on steps that were kept (time lost to "
-        "interruptions, queue waits, restarts and steps done twice lowers it).</p>",
+        "run's allocated time (what its jobs held their nodes for, from the job runtime's record; "
+        "without --logs, its wall time from first to last logged step) spent on steps that were kept "
+        "(time lost to interruptions, restarts and steps done twice lowers it).</p>",
         _table(head, rows, "cards summary"),
         "<h2>Loss</h2>", _img(loss_png, "loss against step for every run, interruptions marked"),
         '<p class="note">Dotted vertical line: where a run resumed after an interruption, labelled '
@@ -145,6 +146,7 @@ def run_html(run: Run) -> str:
         ("start (first logged step)", when(c.first_time)),
         ("end (last logged step)", when(c.last_time)),
         ("wall time", NONE if c.wall_seconds is None else duration(c.wall_seconds)),
+        ("allocated time (nodes held)", NONE if c.allocated_seconds is None else duration(c.allocated_seconds)),
         ("training time", training),
         ("goodput", percent(c.goodput)),
         ("attempts", str(c.attempts) if c.attempts else NONE),

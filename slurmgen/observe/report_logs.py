@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from slurmgen.job.record import JobFiles, JobRecord
 from slurmgen.observe.watch_sweep import parse_sweep_line
 
 START = re.compile(r"slurmgen: job (\d+) \(restart (\d+) of at most (\d+)\) on (\S+): world size (\d+)")
@@ -55,6 +56,7 @@ class Start:
     ended: str = ""                      # how this run ended: a cause (see _ending), "finished" or ""
     stop_step: Optional[int] = None      # "checkpoint saved at step S" at its end
     cause: str = ""                      # why the run before this one ended ("" for a job's first run)
+    seconds: Optional[float] = None      # allocated: from the runtime's start of the run to its end
 
 
 @dataclass
@@ -102,7 +104,19 @@ def read_log(path: Path) -> Optional[JobLog]:
         return None
     for before, after in zip(log.starts, log.starts[1:]):
         after.cause = after.cause or before.ended or "unknown"
+    _allocated(log)
     return log
+
+
+def _allocated(log: JobLog) -> None:
+    """Each run's allocated seconds, from the job runtime's record beside the log (its runs, in the
+    order the log starts them); left unknown when the two do not pair up."""
+    for job in dict.fromkeys(s.job for s in log.starts):
+        runs = JobRecord.load(JobFiles.of(log.path.parent, job).record).runs
+        starts = [s for s in log.starts if s.job == job]
+        if len(runs) == len(starts):
+            for start, run in zip(starts, runs):
+                start.seconds = run.ended - run.started if run.ended >= run.started > 0 else None
 
 
 def _read_line(log: JobLog, line: str) -> None:
