@@ -44,6 +44,10 @@ def test_wheel_installs_and_finds_templates(tmp_path):
     runtime = subprocess.run([fresh / "bin" / "python", "-m", "slurmgen.job.runtime"], cwd=work,
                              capture_output=True, text=True, check=True).stdout.strip()
     assert runtime.startswith(str(fresh)) and Path(runtime).is_file(), runtime
+    # the names the job runtime shares with the ranks, read from the installed train/contract.py
+    contract = subprocess.run([fresh / "bin" / "python", "-c", "import slurmgen.contract as c; print(c._FILE, c.STOP_FILE_ENV)"],
+                              cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    assert contract[0].startswith(str(fresh)) and contract[1] == "SLURMGEN_STOP_FILE", contract
     where = subprocess.run([fresh / "bin" / "python", "-c",
                             "import slurmgen.script.render as r; print(r.template_dir())"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.strip()
