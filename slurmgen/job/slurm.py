@@ -3,6 +3,7 @@ Slurm will not use, host names to node names, requeue, exclusion and signals (sc
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -93,31 +94,34 @@ def fits_without(layout, partition: str, excluded: list[str]) -> bool:
     return layout_fits(layout, caps)
 
 
-def requeue(job: str, wait: float = 3.0) -> bool:
-    """Requeue the job, and return once Slurm has requeued every het component (their Restarts
-    count went up; at most ``wait`` s, as the requeue's KILL ends this process after KillWait): an
-    exclusion set between two components' requeues is lost, and 22.05 then pins each component
-    to the nodes it had."""
-    from slurmgen.site.jobs import job_records
+def requeue(job: str) -> bool:
+    """Requeue the job. Its TERM reaches this process and every scontrol it starts (the batch step's
+    processes): from here on TERM is ignored, which they inherit, so the exclusion that follows is
+    made (the job ends anyway; Slurm KILLs what is left KillWait s later)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return _scontrol("requeue", job).returncode == 0
 
-    def restarts() -> dict:
-        return {r.get("JobId"): r.get("Restarts") for r in job_records(job)}
-    before = restarts()
-    if _scontrol("requeue", job).returncode != 0:
-        return False
-    deadline = time.monotonic() + wait
+
+def exclude(job: str, names: list[str], settle: float = 3.0) -> None:
+    """Leave these nodes out of the requeued job's next run. Pinned nodes (--nodelist, --gpus auto;
+    and 22.05 pins each het component to its old nodes as it requeues them, one after the other)
+    among them leave their component's pins (ReqNodeList), which Slurm would otherwise refuse to
+    combine with the exclusion, or never meet; Slurm then picks another node for that place. Pins
+    are looked for again for ``settle`` s, for a component requeued after the exclusion."""
+    import hostlist
+
+    _unpin(job, names)
+    text = hostlist.collect_hostlist(sorted(names))
+    done = _scontrol("update", f"JobId={job}", f"ExcNodeList={text}")
+    if done.returncode != 0:
+        _warn(f"could not exclude {text}: {done.stderr.strip()}")
+    deadline = time.monotonic() + settle
     while time.monotonic() < deadline:
-        now = restarts()
-        if all(now.get(j) != count for j, count in before.items() if count is not None):
-            break
-        time.sleep(0.1)
-    return True
+        time.sleep(0.25)
+        _unpin(job, names)
 
 
-def exclude(job: str, names: list[str]) -> None:
-    """Leave these nodes out of the requeued job's next run. Pinned nodes (--nodelist, --gpus auto)
-    among them leave their component's pins first (ReqNodeList), which Slurm would otherwise refuse
-    to combine with the exclusion, or never meet; Slurm then picks another node for that place."""
+def _unpin(job: str, names: list[str]) -> None:
     import hostlist
     from slurmgen.site.jobs import job_records
 
@@ -131,10 +135,6 @@ def exclude(job: str, names: list[str]) -> None:
         if done.returncode != 0:
             _warn(f"could not drop {','.join(sorted(set(pins) - set(keep)))} from the nodes job {target} is"
                   f" pinned to: {done.stderr.strip()}")
-    text = hostlist.collect_hostlist(sorted(names))
-    done = _scontrol("update", f"JobId={job}", f"ExcNodeList={text}")
-    if done.returncode != 0:
-        _warn(f"could not exclude {text}: {done.stderr.strip()}")
 
 
 def signal_steps(job: str) -> bool:

@@ -1,0 +1,46 @@
+"""What the job runtime does to Slurm (slurmgen.job.slurm), with scontrol recorded: a requeue's TERM
+must not stop the exclusion that follows it, and pins Slurm adds while it requeues are dropped."""
+import signal
+import subprocess
+
+import pytest
+
+from slurmgen.job import slurm
+from slurmgen.site import jobs
+
+
+@pytest.fixture
+def scontrol(monkeypatch):
+    calls = []
+
+    def run(*args):
+        calls.append(list(args))
+        return subprocess.CompletedProcess(args, 0, "", "")
+    monkeypatch.setattr(slurm, "_scontrol", run)
+    return calls
+
+
+def test_a_requeue_ignores_its_own_term_and_so_do_the_scontrols_after_it(scontrol):
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert slurm.requeue("77")
+        assert scontrol == [["requeue", "77"]]
+        # ignored, not handled: the scontrol processes that update the exclusion inherit it
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        out = subprocess.run(["bash", "-c", "kill -TERM $$; echo survived"], capture_output=True, text=True)
+        assert out.stdout.strip() == "survived"
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_pins_added_while_slurm_requeues_are_dropped_too(scontrol, monkeypatch):
+    # 22.05 requeues a het job's components one after the other and pins each to its old nodes;
+    # the second component's pins appear only after the exclusion was set.
+    answers = iter([[{"JobId": "77", "ReqNodeList": "(null)"}, {"JobId": "78", "ReqNodeList": "(null)"}],
+                    [{"JobId": "77", "ReqNodeList": "node[1-2]"}, {"JobId": "78", "ReqNodeList": "node[3-4]"}]])
+    last = [{"JobId": "77", "ReqNodeList": "node[1-2]"}, {"JobId": "78", "ReqNodeList": "node4"}]
+    monkeypatch.setattr(jobs, "job_records", lambda job: next(answers, last))
+    slurm.exclude("77", ["node3"], settle=0.6)
+    assert scontrol[0] == ["update", "JobId=77", "ExcNodeList=node3"]
+    assert ["update", "JobId=78", "ReqNodeList=node4"] in scontrol
+    assert not any("JobId=77" in c[1] and "ReqNodeList" in c[2] for c in scontrol if c[0] == "update")
