@@ -93,8 +93,6 @@ class Runtime:
         self.record = JobRecord()
         self.run = Run()
 
-    # ---- the states ------------------------------------------------------------------------
-
     def main(self) -> int:
         """The batch script's exit status."""
         if self._outcome()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
@@ -137,7 +135,8 @@ class Runtime:
     def _preflight(self) -> Optional[int]:
         """None when training may start, else the job's exit status."""
         self._enter(State.PREFLIGHT)
-        with open(self.files.preflight, "w") as log:
+        self.files.preflight.write_text("")
+        with open(self.files.preflight, "a") as log:  # appending, as each node's report must (O_APPEND)
             procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(len(self.spec.components))]
             for proc in procs:
                 proc.wait()
