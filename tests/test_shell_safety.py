@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmgen.job.runtime import RUNTIME as RUNTIME_SH
 from slurmgen.plan.layout import materialize
 from slurmgen.script.render import render, shell_quote
 from slurmgen.plan.spec import JobSpec
@@ -40,9 +41,11 @@ SCONTROL = """#!/bin/bash
 [[ "$1 $2" == "show hostnames" ]] && printf '%s\\n' "$3"
 """
 # The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`;
-# its runs of slurmgen's own modules (failures, the hang watch) are not what this test follows.
+# the job runtime (`-m slurmgen.job`) runs for real, since it starts the launch functions, and
+# the path of its shell part is answered without a second Python; other runs of slurmgen are not followed.
 PYTHON = f"""#!/bin/bash
-[[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec {sys.executable} "$@"  # the job runtime's path
+[[ $1 == -m && $2 == slurmgen.job ]] && exec {sys.executable} "$@"
+[[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec echo {RUNTIME_SH}
 [[ $1 == -m && $2 == slurmgen.* ]] && exit 0
 printf '%s\\0' "$@" > "$SHIM_DIR/argv"
 printf '%s\\0' "$FUZZ_VALUE" > "$SHIM_DIR/env"

@@ -84,10 +84,9 @@ def differences(reference: list[tuple[int, float]], got: list[tuple[int, float]]
     return {step: abs(loss - ref[step]) for step, loss in got if loss != ref[step]}
 
 
-CASES = {  # module, ranks, extra arguments
+CASES = {  # module, ranks, extra arguments; packing (2 minutes here) is in bench/resume_exactness.py
     "ddp_loop-2-ranks": ("train.ddp_loop", 2, ()),
     "sft": ("train.sft", 1, ()),
-    "sft-packing": ("train.sft", 1, ("--packing", "--max_length", "128", "--per_device_train_batch_size", "2")),
     "classify": ("train.classify", 1, ()),
 }
 
