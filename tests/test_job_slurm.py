@@ -44,3 +44,17 @@ def test_pins_added_while_slurm_requeues_are_dropped_too(scontrol, monkeypatch):
     assert scontrol[0] == ["update", "JobId=77", "ExcNodeList=node3"]
     assert ["update", "JobId=78", "ReqNodeList=node4"] in scontrol
     assert not any("JobId=77" in c[1] and "ReqNodeList" in c[2] for c in scontrol if c[0] == "update")
+
+
+def test_a_failed_runs_log_is_read_from_its_end(tmp_path):
+    """Crash blame reads the log's last bytes, not gigabytes of rank output: torchrun's failure
+    report comes last and is found; what lies before the tail is not read."""
+    log = tmp_path / "job.out"
+    with open(log, "w") as out:
+        out.write("slurmgen: job 7 (restart 0 of at most 3)\n" + "x" * 999 + "\n")
+        out.write("rank output\n" * 2000)
+        out.write("[2026-12-05 08:00:00] host: node3 rank: 3 exitcode: -9\n")
+    text = slurm.read_log(str(log), tail=4096)
+    assert len(text) == 4096 and text.endswith("exitcode: -9\n") and "slurmgen: job 7" not in text
+    assert slurm.read_log(str(log)) == log.read_text()
+    assert slurm.read_log(str(tmp_path / "missing.out")) == ""

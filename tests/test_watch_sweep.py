@@ -282,3 +282,21 @@ def test_on_a_terminal_the_block_is_redrawn_in_place(tmp_path, monkeypatch):
     assert out.getvalue() == (
         "\r\x1b[2Krun ?  job 1300  RUNNING\n\r\x1b[2Krun ?  job 1310  PENDING\n"
         "\x1b[2A\r\x1b[2Krun ?  job 1300  COMPLETED\n\r\x1b[2Krun ?  job 1310  COMPLETED\n")
+
+
+def test_last_progress_reads_only_the_end_of_a_long_run(tmp_path, monkeypatch):
+    """watch asks every second: it reads the file's last bytes, whatever the run's length."""
+    lines = [json.dumps({"step": s, "max_steps": 200000, "loss": 1.0}) for s in range(1, 200001)]
+    (tmp_path / "progress.jsonl").write_text("\n".join(lines) + "\n" + '{"step": 200001, "lo')  # one being written
+    read = []
+    real_open = open
+
+    def counting_open(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        real_read = handle.read
+        handle.read = lambda *a: read.append(len(data := real_read(*a))) or data
+        return handle
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    assert watch.last_progress(tmp_path) == {"step": 200000, "max_steps": 200000, "loss": 1.0}
+    assert sum(read) <= watch.PROGRESS_TAIL

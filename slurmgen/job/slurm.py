@@ -143,9 +143,15 @@ def signal_steps(job: str) -> bool:
     return subprocess.run(["scancel", "--signal=TERM", job], capture_output=True).returncode == 0
 
 
-def read_log(path: str) -> str:
+LOG_TAIL = 16 * 2**20  # the end of a failed run: its failures are reported last (every node's in a few KB)
+
+
+def read_log(path: str, tail: int = LOG_TAIL) -> str:
+    """The job log's last `tail` bytes: the ranks of a long run may have written gigabytes."""
     try:
-        return Path(path).read_text(errors="replace")
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, 2) - tail))
+            return log.read().decode(errors="replace")
     except OSError:
         return ""
 

@@ -18,13 +18,18 @@ from slurmgen.site.jobs import TERMINAL, job_records, overall_state
 from slurmgen.site.jobs import NO_VALUE
 
 
+PROGRESS_TAIL = 64 * 1024  # far more than one line
+
+
 def last_progress(output_dir: Optional[Path]) -> Optional[dict]:
     """Newest complete line of progress.jsonl, or None before the first step."""
     if output_dir is None:
         return None
     path = Path(output_dir) / "progress.jsonl"
-    try:
-        lines = path.read_text().splitlines()
+    try:  # the end only: watch asks every second, and a long run's file has a line per step
+        with open(path, "rb") as progress:
+            progress.seek(max(0, progress.seek(0, 2) - PROGRESS_TAIL))
+            lines = progress.read().decode(errors="replace").splitlines()
     except OSError:
         return None
     for line in reversed(lines):

@@ -2,6 +2,7 @@
 and a helper that renders with the real `slurmgen` command, submits with sbatch and waits."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,44 @@ def submit_job(cluster, tmp_path):
     def run(args, train_args=(), **kwargs):
         return render_and_submit(tmp_path, args, train_args, **kwargs)
     return run
+
+
+# The 1,1,2,2 SFT run that tests/e2e/test_jobs.py checks, and the reference for exact resume: jobs
+# with these arguments that were stopped, crashed and resumed log its loss at every step (a
+# constant learning rate, so that a shorter run of them is a prefix of this one).
+REFERENCE_STEPS = 30
+REFERENCE_ARGS = {"per_device_train_batch_size": 1, "lr_scheduler_type": "constant"}
+
+
+@pytest.fixture(scope="session")
+def sft_reference(cluster, assets, tmp_path_factory):
+    """The uninterrupted run, submitted once per session from a directory holding the user's own
+    train.py (the seed's file name), which must not shadow train.sft."""
+    workdir = tmp_path_factory.mktemp("sft-reference")
+    work = workdir / "work"
+    work.mkdir()
+    (work / "train.py").write_text('raise SystemExit("the user\'s train.py ran instead of train.sft")\n')
+    return render_and_submit(workdir, ["--nodes", "4", "--gpus", "1,1,2,2"],
+                             sft_args(assets, workdir, steps=REFERENCE_STEPS, **REFERENCE_ARGS), submit_dir=work)
+
+
+def logged_losses(run_dir: Path) -> list[tuple[int, float]]:
+    """Every (step, loss) rank 0 logged, in order: steps run again after a crash appear twice."""
+    lines = (run_dir / "progress.jsonl").read_text().splitlines()
+    return [(row["step"], row["loss"]) for row in map(json.loads, lines) if "loss" in row]
+
+
+def assert_exact_resume(reference: JobRun, run_dir: Path, log: str) -> None:
+    """Every loss the interrupted runs logged is the reference's at that step, bit for bit, and
+    every resume said in the job log that it is exact."""
+    ref = dict(logged_losses(reference.workdir / "run"))
+    assert sorted(ref) == list(range(1, REFERENCE_STEPS + 1)), ref
+    got = logged_losses(run_dir)
+    assert got and all(step in ref for step, _ in got), got
+    differ = {step: (loss, ref[step]) for step, loss in got if loss != ref[step]}
+    assert not differ, f"losses that differ from the uninterrupted run's (step: got, reference): {differ}"
+    resumes = re.findall(r"resume from step (\d+) is (exact|not exact[^\n]*)", log)
+    assert resumes and all(verdict == "exact" for _, verdict in resumes), resumes
 
 
 def sft_args(assets, workdir, steps=12, **extra):

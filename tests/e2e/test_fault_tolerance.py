@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import JobRun, render_and_submit, sft_args
+from tests.e2e.conftest import REFERENCE_ARGS, REFERENCE_STEPS, JobRun, assert_exact_resume, render_and_submit, sft_args
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
 LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
@@ -246,22 +246,23 @@ class DirWatch:
 # a third run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest
 # that lets the first run reach its first step before the warning.)
 TIME_LIMIT = ["--time", "2", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
-TIME_LIMIT_STEPS = 30
+TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its losses compare
 
 
 @pytest.mark.core
 @pytest.mark.timeout(720)
-def test_time_limit_checkpoints_requeues_and_resumes(cluster, assets, tmp_path):
+def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_path):
     """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the
-    script requeues the job, the next run resumes at that step and finishes every step."""
+    script requeues the job, the next run resumes at that step and finishes every step; every
+    loss is the uninterrupted run's (sft_reference's), bit for bit."""
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
-                               sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS,
-                                        per_device_train_batch_size=1), wait=False)
+                               sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
     info = wait_with_nudges(job_id, timeout=660)
     job = JobRun(job_id, info, tmp_path)
     saved = assert_stopped_and_resumed(job, TIME_LIMIT_STEPS)
     assert "TIMEOUT" not in job.log and "DUE TO TIME LIMIT" not in job.log
+    assert_exact_resume(sft_reference, tmp_path / "run", job.log)
     print(f"time limit: job {job_id} stopped at steps {saved}, restarts {info['Restarts']}, "
           f"{time.monotonic() - start:.0f} s")
 
@@ -347,7 +348,7 @@ def test_killed_rank_fails_the_job_within_a_minute(cluster, assets, tmp_path):
 
 
 @pytest.mark.timeout(400)
-def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_path):
+def test_kill_during_checkpoint_save_resumes_from_previous(sft_reference, assets, tmp_path):
     """train.sft (HF writes checkpoint-N in place): rank 0 is SIGKILLed once it has written
     checkpoint-8's model, while it pauses in that save (SLURMGEN_TEST_SAVE_SLEEP, before the
     checkpoint is marked complete), so it is left half written. A planted newer, corrupt
@@ -359,7 +360,7 @@ def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_
     run.mkdir()
     watch = DirWatch(run)
     args, tag = tagged([*UNEVEN, "--max-failures", "0"])
-    train_args = sft_args(assets, tmp_path, steps=steps, save_steps=every, per_device_train_batch_size=1)
+    train_args = sft_args(assets, tmp_path, steps=steps, **{**REFERENCE_ARGS, "save_steps": every})
     job_id = render_and_submit(tmp_path, [*args, "--env", f"SLURMGEN_TEST_SAVE_SLEEP={2 * every}:120"], train_args,
                                wait=False)
     half = run / f"checkpoint-{2 * every}"
@@ -408,6 +409,8 @@ def test_kill_during_checkpoint_save_resumes_from_previous(cluster, assets, tmp_
     # checkpoint interval; the rerun logged exactly steps 5..12.
     assert progress_before[:4] == [1, 2, 3, 4] and max(progress_before) <= 2 * every
     assert progress_steps(run)[len(progress_before):] == list(range(every + 1, steps + 1))
+    # Steps 5..8, logged before the kill and again after the resume, are the uninterrupted run's.
+    assert_exact_resume(sft_reference, run, log)
 
 
 @pytest.mark.timeout(300)

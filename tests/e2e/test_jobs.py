@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, sft_args
+from tests.e2e.conftest import REFERENCE_STEPS, REPO, sft_args
 from train import cores
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
@@ -43,20 +43,17 @@ def assert_layout(metrics, world=6, layout=LAYOUT):
 
 @pytest.mark.core
 @pytest.mark.timeout(600)
-def test_sft_on_uneven_nodes(submit_job, assets, tmp_path):
+def test_sft_on_uneven_nodes(sft_reference):
     """The seeds' job, submitted from a directory holding the user's own train.py (the seed's file
-    name): the default module is still slurmgen's train.sft."""
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "train.py").write_text('raise SystemExit("the user\'s train.py ran instead of train.sft")\n')
-    job = submit_job(UNEVEN, sft_args(assets, tmp_path, steps=12), submit_dir=work)
+    name): the default module is still slurmgen's train.sft (conftest's sft_reference)."""
+    job = sft_reference
     assert job.state == "COMPLETED", job.log
     assert job.info["ExitCode"] == "0:0"
     metrics = job.metrics()
     assert_layout(metrics)
     assert metrics["last_loss"] < metrics["first_loss"]
-    assert metrics["global_step"] == 12
-    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-12"]
+    assert metrics["global_step"] == REFERENCE_STEPS
+    assert [p.name for p in (job.workdir / "run").glob("checkpoint-*")] == [f"checkpoint-{REFERENCE_STEPS}"]
     assert "master node1:" in job.log
     assert "Traceback" not in job.log and "Error waiting on exit barrier" not in job.log
 
