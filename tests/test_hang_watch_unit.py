@@ -187,3 +187,25 @@ def test_watch_shows_hang_and_retry_lines_as_they_come(tmp_path):
     with log.open("a") as fh:
         fh.write("ne\nslurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2\n")
     assert events.new(records) == ["slurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2"]
+
+
+def test_the_report_of_a_thousand_ranks_is_a_few_lines_and_names_the_odd_ones():
+    """1,024 ranks on 128 nodes (8 each), rank 37 stopped in its data loader: the report has one
+    table line and one stack per kind of rank, the odd one first, whatever the thread ids."""
+    reduce = "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+    data = "batches (train/data.py:84)"
+    vs = views(*[(r, f"node{r // 8 + 1}", 40, "T" if r == 37 else "S", data if r == 37 else reduce)
+                 for r in range(1024)])
+    stack = 'Thread 0x{:012x} (most recent call first):\n  File "/x/{}.py", line 9 in {}\n'
+    texts = {v.rank: stack.format(0x7f0000000000 + v.rank, "data" if v.rank == 37 else "c10d",
+                                  v.place.split()[0]) for v in vs}
+    lines, suspect = stacks.summarize(vs)
+    report = hangs.report_text("9", 130, 120, vs, texts, lines, suspect)
+    table = report.split("ranks: ")[1].split("\n---")[0].strip().splitlines()
+    assert table[2].split()[:5] == ["rank", "37", "node5", "40", "T"] and data in table[2], table
+    assert table[3].split()[:5] == ["ranks", "0-36,38-1023", "node[1-128]", "40", "S"], table
+    assert len(table) == 4, table
+    sections = re.findall(r"^--- (.*) ---$", report, re.M)
+    assert sections == ["rank 37 on node5", "ranks 0-36,38-1023 on node[1-128] (one stack for all 1023)"]
+    assert "data.py" in report.split("--- rank 37 on node5 ---")[1].split("---")[0]
+    assert len(report) < 2000 and "suspect node: node5" in report, report

@@ -12,7 +12,7 @@ submit path its job. Standard library and python-hostlist only.
 
 from __future__ import annotations
 
-
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from slurmgen import contract
-from slurmgen.job.stacks import RankView, in_collective, main_thread, parse_threads, summarize, where
+from slurmgen.job.stacks import (RankView, hosts, in_collective, main_thread, parse_threads, ranges,
+                                 summarize, where)
 
 
 DUMP_SIGNAL = contract.DUMP_SIGNAL[3:]  # kill's spelling: USR1
@@ -151,11 +152,33 @@ def report_text(job: str, idle: float, timeout: float, views, texts, lines, susp
            f"no progress for {idle:.0f} s (--hang-timeout {timeout:g})", "", "summary:"]
     out += ["  " + line for line in lines]
     out += [f"  suspect node: {suspect or 'none (the ranks agree, or point at several nodes)'}", "",
-            "ranks:", "  rank  node          step  state"]
-    out += [f"  {v.rank:<5} {v.host:<13} {v.step:<5} {v.state or '?'}" for v in views]
-    for v in views:
-        out += ["", f"--- rank {v.rank} on {v.host} ---", texts[v.rank].rstrip() or "(no stack)"]
+            "ranks: (alike ones in one line, the fewest first)", "  rank(s)                node(s)        step  state where"]
+    for group in _alike(views, lambda v: (v.step, v.state, v.place)):
+        first = group[0]
+        out.append(f"  {_who(group):<22} {hosts(v.host for v in group):<14} {first.step:<5} "
+                   f"{first.state or '?':<5} {first.place or '?'}")
+    # One stack per kind: at a thousand ranks, the odd ones out and a few shared stacks.
+    for group in _alike(views, lambda v: _VOLATILE.sub("#", texts[v.rank])):
+        where_ = f"{_who(group)} on {hosts(v.host for v in group)}"
+        head = f"--- {where_} ---" if len(group) == 1 else f"--- {where_} (one stack for all {len(group)}) ---"
+        out += ["", head, texts[group[0].rank].rstrip() or "(no stack)"]
     return "\n".join(out) + "\n"
+
+
+# What differs between two ranks with the same stack: thread ids, addresses, py-spy's process ids.
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|(?<=Process )\d+|(?<=Thread )\d+")
+
+
+def _alike(views, key) -> list[list]:
+    """The views grouped by key, the smallest groups (the odd ones out) first, then by rank."""
+    groups: dict = {}
+    for v in views:
+        groups.setdefault(key(v), []).append(v)
+    return sorted(groups.values(), key=lambda g: (len(g), g[0].rank))
+
+
+def _who(group) -> str:
+    return f"rank {group[0].rank}" if len(group) == 1 else f"ranks {ranges(v.rank for v in group)}"
 
 
 def nccl_note(report: Path, job: str) -> str:

@@ -82,7 +82,7 @@ def ranges(numbers) -> str:
     return ",".join(out)
 
 
-def _hosts(names) -> str:
+def hosts(names) -> str:
     import hostlist
     return hostlist.collect_hostlist(sorted(set(names)))
 
@@ -138,7 +138,7 @@ def summarize(views: list[RankView]) -> tuple[list[str], Optional[str]]:
         ranks = ranges(v.rank for v in rest)
         noun = "rank" if len(rest) == 1 else "ranks"
         verb = ("is" if len(rest) == 1 else "wait") if odd else "are all"
-        lines.append(f"{noun} {ranks} on {_hosts(v.host for v in rest)} (step {ranges({v.step for v in rest})}) "
+        lines.append(f"{noun} {ranks} on {hosts(v.host for v in rest)} (step {ranges({v.step for v in rest})}) "
                      f"{verb} in {place}{elsewhere}")
     # A stopped, exited or traced process is the hang's cause; ranks merely elsewhere (one still
     # in a backward whose all_reduce waits for it) are its effect.

@@ -110,7 +110,7 @@ def wait_reports(workdir: Path, job_id: str, count: int, timeout: float) -> floa
 
 
 def rank_section(report: str, rank: int) -> str:
-    return report.split(f"--- rank {rank} on ", 1)[1].split("\n--- rank ", 1)[0]
+    return report.split(f"--- rank {rank} on ", 1)[1].split("\n--- rank", 1)[0]  # the next: rank or ranks
 
 
 def finished_every_step(workdir: Path, job, steps: int) -> None:
