@@ -6,6 +6,13 @@ OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"  # rank 0 writes "STOPPED STEP" or "F
 STOPPED, FINISHED = "stopped", "finished"
 HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"  # where every rank beats
 BEAT_FILE = "rank-{rank}"  # one per rank in the heartbeat folder: "RANK STEP TIME NODE PID [save SECONDS]"
+# At scale the ranks beat into a folder on their node instead ($TMPDIR or /tmp, this name-NODE), and
+# one rank per node at a time publishes the node's lines as NODE_BEAT_FILE in the heartbeat folder,
+# at most every PUBLISH_SECONDS (at once when a save begins or ends): the shared file system sees
+# one write per node, not one per rank and step.
+NODE_BEATS_ENV = "SLURMGEN_NODE_BEATS"
+NODE_BEAT_FILE = "node-{node}"
+PUBLISH_SECONDS = 2.0
 STOPPABLE_FILE = "stoppable"  # in the heartbeat folder: the ranks' code takes the stop file (a Trainer)
 DUMP_SIGNAL = "SIGUSR1"  # every rank writes its Python stacks on it (the hang watch's question)
 STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"  # seconds ranks get to stop after the warning

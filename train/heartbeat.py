@@ -1,7 +1,9 @@
 """What every rank shows slurmgen's hang watch (slurmgen.job.hangs), under SLURMGEN_HEARTBEAT_DIR.
 
   * beat(step): "RANK STEP TIME NODE PID" in rank-RANK (NODE: Slurm's node name), once training begins (after loading)
-    and at every optimizer step, so the watch sees which rank stopped advancing and where;
+    and at every optimizer step, so the watch sees which rank stopped advancing and where; under
+    SLURMGEN_NODE_BEATS in a folder on the node, whose lines one rank of the node at a time
+    publishes to node-NODE in the shared folder at a bounded rate (train/contract.py);
     during a checkpoint save (train.saves) followed by "save ALLOWANCE": the watch then waits
     ALLOWANCE seconds rather than the hang timeout;
   * NCCL's flight recorder on, dumping beside the job log on NCCL's own timeout (CUDA only);
@@ -35,6 +37,9 @@ CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
 _stack_file = None  # kept open: faulthandler writes to its file descriptor
 _save_allowance: float | None = None  # while a save runs (train.saves)
 _first_fetch = True  # for the test hook's STEP "first"
+_node_folder: str | None = None  # node_folder(): "" once known to be none
+_next_publish = 0.0  # this rank publishes its node's beats no sooner
+_published_phase = ""  # the save phase of this rank's last beat that was published
 
 
 def rank() -> str:
@@ -91,11 +96,90 @@ def beat(step: int) -> None:
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder:
         return
-    path = os.path.join(folder, contract.BEAT_FILE.format(rank=rank()))
-    tmp = f"{path}.tmp"
+    phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"
+    now = time.time()
+    line = f"{rank()} {step} {now:.3f} {node_name()} {os.getpid()}{phase}\n"
+    local = node_folder()
+    name = contract.BEAT_FILE.format(rank=rank())
+    if local is None:  # no node folder: straight to the shared one
+        _replace(os.path.join(folder, name), line)
+        return
+    _replace(os.path.join(local, name), line)
+    global _published_phase
+    if phase != _published_phase or now >= _next_publish:
+        if _publish(local, folder, now, urgent=phase != _published_phase):
+            _published_phase = phase
+
+
+def node_folder() -> str | None:
+    """This node's folder of beats (made on first use), or None where the job names none (a
+    container, another launcher) or it cannot be made."""
+    global _node_folder
+    if _node_folder is None:
+        name = os.environ.get(contract.NODE_BEATS_ENV, "")
+        # The node's name too: nodes that share a /tmp (a test cluster on one machine) keep apart.
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"{name}-{node_name()}")
+        try:
+            if not name or os.sep in name:
+                raise OSError(name)
+            os.makedirs(path, exist_ok=True)
+            _node_folder = path
+        except OSError:
+            _node_folder = ""
+    return _node_folder or None
+
+
+def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
+    """This node's lines to NODE_BEAT_FILE in the shared folder, by whichever rank of the node
+    takes the turn (a lock file on the node); False when another rank has it. Not urgent: only
+    when the node's last publication is PUBLISH_SECONDS old."""
+    global _next_publish
+    stamp = os.path.join(local, "published")
+    try:
+        last = os.stat(stamp).st_mtime
+    except OSError:
+        last = 0.0
+    if not urgent and now - last < contract.PUBLISH_SECONDS:
+        _next_publish = last + contract.PUBLISH_SECONDS
+        return True
+    lock = stamp + ".lock"
+    for _ in range(50 if urgent else 1):  # a save's allowance must not wait for its next beat
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            try:  # a rank that died (or was stopped) holding it must not silence the node
+                if time.time() - os.stat(lock).st_mtime > 3 * contract.PUBLISH_SECONDS:
+                    os.unlink(lock)
+            except OSError:
+                pass
+            time.sleep(0.01 if urgent else 0)
+    else:
+        return False
+    try:
+        lines = []
+        for entry in sorted(os.listdir(local)):
+            if entry.startswith("rank-") and not entry.endswith(".tmp"):
+                try:
+                    with open(os.path.join(local, entry)) as fh:
+                        lines.append(fh.read())
+                except OSError:
+                    continue
+        _replace(os.path.join(folder, contract.NODE_BEAT_FILE.format(node=node_name())), "".join(lines))
+        _replace(stamp, "")
+        _next_publish = now + contract.PUBLISH_SECONDS
+        return True
+    finally:
+        try:
+            os.unlink(lock)
+        except OSError:  # taken from us as stale: ours was a slow publication, not a lost one
+            pass
+
+
+def _replace(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"  # one per writer: ranks of a node may publish at once
     with open(tmp, "w") as fh:
-        phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"
-        fh.write(f"{rank()} {step} {time.time():.3f} {node_name()} {os.getpid()}{phase}\n")
+        fh.write(text)
     os.replace(tmp, path)
 
 

@@ -12,6 +12,7 @@ submit path its job. Standard library and python-hostlist only.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -35,8 +36,9 @@ STACK_WAIT_SECONDS = 10.0
 # before their stacks are taken); the job is stopped next anyway. py-spy, where installed, reads
 # the stack without the rank's help.
 _DUMP = r'''
-d=$1 mode=$2 h=${SLURMD_NODENAME:-$(hostname)}
-for f in "$d"/rank-*; do
+d=$1 mode=$2 h=${SLURMD_NODENAME:-$(hostname)} beats=$1
+[[ -n $3 ]] && beats=${TMPDIR:-/tmp}/$3-$h  # where the ranks of this node beat (train.heartbeat)
+for f in "$beats"/rank-*; do
     read -r rank _ _ host pid _ < "$f" || continue
     [[ $host == "$h" ]] || continue
     if [[ $mode == continue ]]; then
@@ -65,16 +67,24 @@ class Beat:
 
 
 def read_beats(folder: Path) -> dict[int, Beat]:
+    """Every rank's last beat: its own file (rank-R), or its line in its node's (node-NODE, where
+    the ranks beat on their node and one of them publishes; see train/contract.py)."""
     beats = {}
-    for path in folder.glob(contract.BEAT_FILE.format(rank="*")):
-        if path.suffix == ".tmp":
-            continue
-        try:
-            rank, step, when, host, pid, *phase = path.read_text().split()
-            allowance = float(phase[1]) if phase[:1] == ["save"] else 0.0
-            beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid), allowance)
-        except (OSError, ValueError, IndexError):
-            continue  # being replaced right now: read again at the next poll
+    for pattern in (contract.NODE_BEAT_FILE.format(node="*"), contract.BEAT_FILE.format(rank="*")):
+        for path in folder.glob(pattern):
+            if path.suffix == ".tmp":
+                continue
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    rank, step, when, host, pid, *phase = line.split()
+                    allowance = float(phase[1]) if phase[:1] == ["save"] else 0.0
+                    beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid), allowance)
+                except (ValueError, IndexError):
+                    continue  # being replaced right now: read again at the next poll
     return beats
 
 
@@ -104,7 +114,7 @@ def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[st
         # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
                "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=0", "--quiet",
-               "bash", "-c", _DUMP, "slurmgen-dump", str(folder), mode]
+               "bash", "-c", _DUMP, "slurmgen-dump", str(folder), mode, os.environ.get(contract.NODE_BEATS_ENV, "")]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for proc in procs:
         try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from slurmgen import contract
-from slurmgen.job import preflight, retry, slurm
+from slurmgen.job import hangs, preflight, retry, slurm
 from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord, RunRecord
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
@@ -246,7 +246,7 @@ class Runtime:
         elif not node and why == CRASH:
             node = retry.crashed_node(self.slurm.read_log(info.log))
         node = self.slurm.node_name(node, info.nodes)
-        if not gone and why != PREFLIGHT and not any(self.files.beats.glob(contract.BEAT_FILE.format(rank="*"))):
+        if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
             return False
@@ -333,8 +333,7 @@ class Runtime:
             return "", ""
 
     def _hang_poll(self) -> float:
-        from slurmgen.job.hangs import POLL_SECONDS
-        return min(POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.spec.poll
+        return min(hangs.POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.spec.poll
 
 
 def say(text: str, err: bool = False) -> None:

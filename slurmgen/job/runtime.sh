@@ -23,6 +23,9 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     # What the ranks read and write: the stop file (made at a warning), rank 0's word on how
     # training ended ("stopped|finished STEP"), and one heartbeat file per rank.
     export SLURMGEN_STOP_FILE="$job_dir/stop" SLURMGEN_OUTCOME_FILE="$job_dir/outcome" SLURMGEN_HEARTBEAT_DIR="$job_dir/beats"
+    # The ranks beat into a folder on their node, which one rank publishes (train/contract.py);
+    # not in a container, whose /tmp the hang watch's look from outside may not see.
+    [[ -n "${CONTAINER_SRUN[*]}${CONTAINER_EXEC[*]}" ]] || export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
     rm -f "$SLURMGEN_STOP_FILE"  # an earlier run's
     trap ': > "$SLURMGEN_STOP_FILE"' USR2 TERM  # the time-limit warning (or a preemption's TERM)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from slurmgen.site import cluster
 

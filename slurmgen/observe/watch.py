@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from slurmgen.job.hangs import read_beats
 from slurmgen.job.record import JobFiles
 from slurmgen.site.jobs import TERMINAL, job_records, overall_state
 from slurmgen.site.jobs import NO_VALUE
@@ -46,12 +47,8 @@ def beat_progress(records: list[dict]) -> Optional[dict]:
     log = records[0].get("StdOut", "") if records else ""
     if log in NO_VALUE:
         return None
-    try:
-        beat = JobFiles.of(Path(log).parent, records[0].get("JobId", "")).beats / "rank-0"
-        step = int(beat.read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return {"step": step}
+    beat = read_beats(JobFiles.of(Path(log).parent, records[0].get("JobId", "")).beats).get(0)
+    return {"step": beat.step} if beat else None
 
 
 def progress_line(state: str, progress: Optional[dict], restarts: str = "0", width: int = 24) -> str:

@@ -76,11 +76,16 @@ def component_nodes(info: dict) -> list[str]:
     return [n for c in info["Components"] for n in hostlist.expand_hostlist(c["NodeList"])]
 
 
-def read_beat(path: Path) -> tuple[int, str, int, bool]:
-    """(step, host, pid, saving) from a rank's heartbeat file; a rank inside a checkpoint save
-    appends "save SECONDS" to its five fields."""
-    _, step, _, host, pid, *phase = path.read_text().split()
-    return int(step), host, int(pid), bool(phase)
+def read_beat(folder: Path, rank: int) -> tuple[int, str, int, bool]:
+    """(step, host, pid, saving) from a rank's heartbeat: its line in its node's file (node-NODE,
+    published from the node), or its own file (rank-R, the submit path's). A rank inside a
+    checkpoint save appends "save SECONDS" to its five fields."""
+    texts = [p.read_text() for p in folder.glob("node-*")] + [p.read_text() for p in folder.glob(f"rank-{rank}")]
+    for line in "".join(texts).splitlines():
+        if line.split()[:1] == [str(rank)]:
+            _, step, _, host, pid, *phase = line.split()
+            return int(step), host, int(pid), bool(phase)
+    raise FileNotFoundError(f"no heartbeat of rank {rank} in {folder}")
 
 
 def beat_of(workdir: Path, job_id: str, rank: int, timeout: float = 60) -> tuple[int, str, int]:
@@ -88,7 +93,7 @@ def beat_of(workdir: Path, job_id: str, rank: int, timeout: float = 60) -> tuple
     stopped inside one has the save's allowance on top of the hang timeout)."""
     deadline = time.monotonic() + timeout
     while True:
-        step, host, pid, saving = read_beat(workdir / "logs" / f".slurmgen-{job_id}" / "beats" / f"rank-{rank}")
+        step, host, pid, saving = read_beat(workdir / "logs" / f".slurmgen-{job_id}" / "beats", rank)
         if not saving or time.monotonic() > deadline:
             return step, host, pid
         time.sleep(0.1)
@@ -280,7 +285,7 @@ def test_submit_path_names_a_hung_rank_and_retries(spare_node, assets, tmp_path)
         while True:
             beats = sorted(folder.glob(".heartbeat-*/rank-3"))
             if beats:
-                step, host, pid, saving = read_beat(beats[0])
+                step, host, pid, saving = read_beat(beats[0].parent, 3)
                 if step >= 6 and not saving:  # stopped inside a save, its allowance would outlast the timeout
                     break
             assert time.monotonic() < deadline and proc.poll() is None, "rank 3 never reached step 6"
@@ -350,7 +355,7 @@ def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: flo
     it has trained a step since it started, outside a checkpoint save."""
     from tests import slurm_helpers
 
-    path = workdir / "logs" / f".slurmgen-{job_id}" / "beats" / f"rank-{rank}"
+    folder = workdir / "logs" / f".slurmgen-{job_id}" / "beats"
     deadline = time.monotonic() + timeout
     first = None  # (step, pid) of this rank's first beat seen
     nudge = slurm_helpers.RequeueNudger(job_id)  # a requeued het job may need one
@@ -360,7 +365,7 @@ def wait_beat(workdir: Path, job_id: str, rank: int, restarts: int, timeout: flo
         nudge(info)
         assert time.monotonic() < deadline, f"rank {rank} of run {restarts} never beat"
         try:
-            step, host, pid, saving = read_beat(path)
+            step, host, pid, saving = read_beat(folder, rank)
             os.kill(pid, 0)  # a rank of this run: the last run's are gone
         except (OSError, ValueError):
             time.sleep(0.3)

@@ -1,0 +1,92 @@
+"""Heartbeats at scale (issue 29): the ranks of a node beat into a folder on that node, and one of
+them at a time publishes the node's lines to the shared heartbeat folder, at most every
+PUBLISH_SECONDS and at once when a save begins. Eight real rank processes on one "node", counted
+with inotify: the shared folder sees a publication every PUBLISH_SECONDS, not two file operations
+per rank and step, and the hang watch reads every rank from the node's file."""
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slurmgen import contract
+from slurmgen.job import hangs
+
+REPO = Path(__file__).resolve().parents[1]
+RANKS, STEPS, STEP_SECONDS = 8, 60, 0.05
+
+RANK = """
+import os, sys, time
+from train import heartbeat
+for step in range(1, {steps} + 1):
+    if step == {steps} and os.environ["RANK"] == "0":
+        heartbeat.saving(600)  # a save begins: published at once, whatever the rate
+    heartbeat.beat(step)
+    time.sleep({sleep})
+"""
+
+
+class Events:
+    """Entries created in or moved into one folder (inotify), counted by name."""
+
+    def __init__(self, folder: Path):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
+        assert self.fd >= 0 and self.libc.inotify_add_watch(self.fd, str(folder).encode(), 0x100 | 0x80) >= 0
+        self.names: list[str] = []
+
+    def drain(self) -> list[str]:
+        while select.select([self.fd], [], [], 0.1)[0]:
+            data, offset = os.read(self.fd, 65536), 0
+            while offset < len(data):
+                _, _, _, length = struct.unpack_from("iIII", data, offset)
+                offset += 16
+                self.names.append(data[offset:offset + length].rstrip(b"\0").decode())
+                offset += length
+        return self.names
+
+
+def test_a_node_publishes_its_ranks_beats_at_a_bounded_rate(tmp_path):
+    shared, node_tmp = tmp_path / "beats", tmp_path / "node1-tmp"
+    shared.mkdir()
+    node_tmp.mkdir()
+    events = Events(shared)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="slurmgen-beats-7-0-1", TMPDIR=str(node_tmp),
+               SLURMD_NODENAME="node1", PYTHONPATH=str(REPO))
+    start = time.monotonic()
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK.format(steps=STEPS, sleep=STEP_SECONDS)],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
+    assert [p.wait(timeout=60) for p in ranks] == [0] * RANKS
+    elapsed = time.monotonic() - start
+
+    names = events.drain()
+    published = [n for n in names if n == contract.NODE_BEAT_FILE.format(node="node1")]
+    # Every other event is the publication's own temporary file: two per publication.
+    assert len(names) == 2 * len(published), names
+    # Once at the first beat, then at most every PUBLISH_SECONDS, and once more for the save.
+    assert 1 <= len(published) <= 2 + elapsed / contract.PUBLISH_SECONDS, (len(published), elapsed)
+    assert len(published) < STEPS  # under one per node and step; without the node folder: 2 per rank and step
+    print(f"{RANKS} ranks x {STEPS} steps in {elapsed:.1f} s: {len(published)} publications, {len(names)} "
+          f"file operations in the shared folder (without: {2 * RANKS * STEPS})")
+
+    beats = hangs.read_beats(shared)
+    assert sorted(beats) == list(range(RANKS)) and {b.host for b in beats.values()} == {"node1"}
+    assert beats[0].step == STEPS and beats[0].save_allowance == 600  # the save was published at once
+    assert sorted(os.listdir(shared)) == ["node-node1"]
+    local = node_tmp / "slurmgen-beats-7-0-1-node1"
+    assert sorted(p.name for p in local.iterdir()) == ["published", *sorted(f"rank-{r}" for r in range(RANKS))]
+
+
+def test_without_a_node_folder_each_rank_beats_in_the_shared_one(tmp_path):
+    """A container (its /tmp may be out of the hang watch's sight) or another launcher: as before."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(SLURMGEN_HEARTBEAT_DIR=str(tmp_path), RANK="3", SLURMD_NODENAME="node2", PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-c", RANK.format(steps=2, sleep=0)], env=env, check=True)
+    assert sorted(os.listdir(tmp_path)) == ["rank-3"]
+    assert hangs.read_beats(tmp_path)[3].step == 2
