@@ -135,13 +135,15 @@ class Runtime:
     def _preflight(self) -> Optional[int]:
         """None when training may start, else the job's exit status."""
         self._enter(State.PREFLIGHT)
+        began = self.clock()
         self.files.preflight.write_text("")
         with open(self.files.preflight, "a") as log:  # appending, as each node's report must (O_APPEND)
             procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(len(self.spec.components))]
             for proc in procs:
                 proc.wait()
-        found = preflight.verdict(preflight.read_reports(self.files.preflight), sum(c.nodes for c in self.spec.components))
-        for line in found.lines:
+        nodes = sum(c.nodes for c in self.spec.components)
+        found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes)
+        for line in found.lines + [f"slurmgen: preflight of {nodes} node(s) took {self.clock() - began:.1f} s"]:
             say(line)
         if not found.passed:
             if found.culprit and self._retry(PREFLIGHT, found.culprit):
