@@ -3,6 +3,7 @@ which task failed, waiting, cancelling; what submit_job and attach return."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -68,8 +69,15 @@ class Submission:
     def _outcomes(self) -> dict:
         """task -> (outcome "success"/"error", mtime) for tasks that wrote a result."""
         found = {}
+        folder = self._paths(0).result_pickle.parent
+        try:  # one listing, not a stat per task per poll (8,192 tasks on a shared file system)
+            present = {entry.name for entry in os.scandir(folder)}
+        except OSError:
+            return found
         for task in range(self.world_size):
             path = self._paths(task).result_pickle
+            if path.name not in present:
+                continue
             try:
                 mtime = path.stat().st_mtime
                 if mtime < self.submitted_at:
