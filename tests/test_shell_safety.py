@@ -40,11 +40,24 @@ SLURM_NODEID=0 exec "$@"
 SCONTROL = """#!/bin/bash
 [[ "$1 $2" == "show hostnames" ]] && printf '%s\\n' "$3"
 """
-# The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`;
-# the job runtime (`-m slurmgen.job`) runs for real, since it starts the launch functions, and
-# the path of its shell part is answered without a second Python; other runs of slurmgen are not followed.
+# The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`.
+# The job runtime (`-m slurmgen.job`, tested in test_job_runtime.py and end to end) is stood in
+# for by what it does with a component: its launch function, in a bash that read launch.sh
+# (slurmgen/job/steps.py), once; a Python per example would triple this test's time. The path of
+# the runtime's shell part is answered without a Python too; other runs of slurmgen are not followed.
 PYTHON = f"""#!/bin/bash
-[[ $1 == -m && $2 == slurmgen.job ]] && exec {sys.executable} "$@"
+if [[ $1 == -m && $2 == slurmgen.job ]]; then
+    shift 2
+    while (( $# )); do
+        case $1 in
+            --logs|--job) declare "${{1#--}}=$2"; shift 2 ;;
+            --component) launch+=("$5"); shift 5 ;;
+            *) shift ;;
+        esac
+    done
+    for f in "${{launch[@]}}"; do bash -c 'source "$0" && "$@"' "$logs/.slurmgen-$job/launch.sh" "$f" || exit; done
+    exit 0
+fi
 [[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec echo {RUNTIME_SH}
 [[ $1 == -m && $2 == slurmgen.* ]] && exit 0
 printf '%s\\0' "$@" > "$SHIM_DIR/argv"

@@ -41,8 +41,11 @@ def bind(env=os.environ) -> list[int] | None:
         return None
     mine = slice_for(cpus, local_rank, local_world)
     os.sched_setaffinity(0, mine)
-    print(f"slurmgen-train: rank {env.get('RANK', '0')} (local {local_rank} of {local_world}) bound to CPUs "
-          f"{ranges(mine)} of {ranges(cpus)}", file=sys.stderr, flush=True)
+    # One write (print makes two, the line and its newline): the ranks of a node share the log,
+    # and unbuffered, another rank's line could land between the two (seen in CI).
+    sys.stderr.write(f"slurmgen-train: rank {env.get('RANK', '0')} (local {local_rank} of {local_world}) bound to CPUs "
+                     f"{ranges(mine)} of {ranges(cpus)}\n")
+    sys.stderr.flush()
     return mine
 
 
