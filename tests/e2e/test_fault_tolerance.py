@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import REFERENCE_ARGS, REFERENCE_STEPS, JobRun, assert_exact_resume, render_and_submit, sft_args
+from tests.e2e.conftest import (REFERENCE_ARGS, REFERENCE_STEPS, JobRun, assert_exact_resume, assert_same_weights,
+                                render_and_submit, sft_args)
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2"]
 LAYOUT = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
@@ -156,7 +157,7 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
     log = job.log
     # Slurm 25.11 requeues a preempted het job once more after it finished: that extra run
     # ends at once, saying so, and counts as no stop.
-    extra = log.count(f"slurmgen: finished in an earlier run")
+    extra = log.count("slurmgen: finished in an earlier run")
     assert extra <= (1 if preempted else 0), log
     restarts = int(job.info["Restarts"]) - extra
     assert restarts >= 1, f"never requeued:\n{log}"
@@ -254,7 +255,7 @@ TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its loss
 def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_path):
     """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the
     script requeues the job, the next run resumes at that step and finishes every step; every
-    loss is the uninterrupted run's (sft_reference's), bit for bit."""
+    loss and weight is the uninterrupted run's (sft_reference's), to float32 rounding."""
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
                                sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
@@ -263,6 +264,7 @@ def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_
     saved = assert_stopped_and_resumed(job, TIME_LIMIT_STEPS)
     assert "TIMEOUT" not in job.log and "DUE TO TIME LIMIT" not in job.log
     assert_exact_resume(sft_reference, tmp_path / "run", job.log)
+    assert_same_weights(sft_reference, tmp_path / "run", TIME_LIMIT_STEPS)
     print(f"time limit: job {job_id} stopped at steps {saved}, restarts {info['Restarts']}, "
           f"{time.monotonic() - start:.0f} s")
 
