@@ -63,4 +63,7 @@ report = {
     "model": "found" if not model or os.path.exists(model) else "MISSING: " + model,
     "gpu_models": gpu_models(),
 }
-print("SLURMGEN_PREFLIGHT " + json.dumps(report), flush=True)
+# One write: every node appends to one file, and print makes two (the line, then its newline)
+# where Python's output is unbuffered (PYTHONUNBUFFERED), so another node's line could land between.
+sys.stdout.write("SLURMGEN_PREFLIGHT " + json.dumps(report) + "\n")
+sys.stdout.flush()
