@@ -90,3 +90,33 @@ def test_without_a_node_folder_each_rank_beats_in_the_shared_one(tmp_path):
     subprocess.run([sys.executable, "-c", RANK.format(steps=2, sleep=0)], env=env, check=True)
     assert sorted(os.listdir(tmp_path)) == ["rank-3"]
     assert hangs.read_beats(tmp_path)[3].step == 2
+
+
+HANGS_AFTER_ONE_BEAT = """
+import os, time
+from train import heartbeat
+if os.environ["RANK"] == "1":
+    time.sleep(0.5)  # beats just after rank 0 has published: too soon to publish again
+heartbeat.beat(7)
+time.sleep(3 * {publish})  # then hangs (a data loader that never returns)
+"""
+
+
+def test_the_last_beat_before_a_hang_is_published(tmp_path):
+    """Rank 1's only beat comes 0.5 s after rank 0's publication, within the rate limit; neither
+    beats again. It reaches the shared folder anyway, from a thread of either rank."""
+    shared = tmp_path / "beats"
+    shared.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="b", TMPDIR=str(tmp_path),
+               SLURMD_NODENAME="node3", PYTHONPATH=str(REPO))
+    code = HANGS_AFTER_ONE_BEAT.format(publish=contract.PUBLISH_SECONDS)
+    ranks = [subprocess.Popen([sys.executable, "-c", code], env={**env, "RANK": str(r)}) for r in range(2)]
+    deadline = time.monotonic() + 4 * contract.PUBLISH_SECONDS
+    while sorted(hangs.read_beats(shared)) != [0, 1] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for rank in ranks:
+        rank.kill()
+        rank.wait()
+    assert sorted(hangs.read_beats(shared)) == [0, 1]
+    assert hangs.read_beats(shared)[1].step == 7

@@ -25,6 +25,7 @@ import faulthandler
 import os
 import signal
 import socket
+import threading
 import time
 
 from train import contract
@@ -40,6 +41,7 @@ _first_fetch = True  # for the test hook's STEP "first"
 _node_folder: str | None = None  # node_folder(): "" once known to be none
 _next_publish = 0.0  # this rank publishes its node's beats no sooner
 _published_phase = ""  # the save phase of this rank's last beat that was published
+_trailing: threading.Thread | None = None  # _publish_trailing, started at the first beat
 
 
 def rank() -> str:
@@ -105,10 +107,31 @@ def beat(step: int) -> None:
         _replace(os.path.join(folder, name), line)
         return
     _replace(os.path.join(local, name), line)
-    global _published_phase
+    global _published_phase, _trailing
     if phase != _published_phase or now >= _next_publish:
         if _publish(local, folder, now, urgent=phase != _published_phase):
             _published_phase = phase
+    if _trailing is None:
+        _trailing = threading.Thread(target=_publish_trailing, args=(local, folder), daemon=True,
+                                     name="slurmgen-heartbeat")
+        _trailing.start()
+
+
+def _publish_trailing(local: str, folder: str) -> None:
+    """Publishes the node's beats that came after its last publication, PUBLISH_SECONDS later:
+    the last beats before a hang (a rank stuck in its data loader, or stopped) come in when no
+    rank of the node beats again. A thread of every rank (it runs while the rank waits in a
+    collective or sleeps), so that one rank stopped with SIGSTOP cannot hold them back."""
+    stamp = os.path.join(local, "published")
+    while True:
+        time.sleep(contract.PUBLISH_SECONDS)
+        try:
+            last = os.stat(stamp).st_mtime if os.path.exists(stamp) else 0.0
+            newest = max((e.stat().st_mtime for e in os.scandir(local) if e.name.startswith("rank-")), default=0.0)
+            if newest > last:
+                _publish(local, folder, time.time(), urgent=False)
+        except OSError:
+            continue  # the job's folders going away at its end
 
 
 def node_folder() -> str | None:
@@ -135,12 +158,8 @@ def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
     when the node's last publication is PUBLISH_SECONDS old."""
     global _next_publish
     stamp = os.path.join(local, "published")
-    try:
-        last = os.stat(stamp).st_mtime
-    except OSError:
-        last = 0.0
-    if not urgent and now - last < contract.PUBLISH_SECONDS:
-        _next_publish = last + contract.PUBLISH_SECONDS
+    if not urgent and _age(stamp) < contract.PUBLISH_SECONDS:
+        _next_publish = now + contract.PUBLISH_SECONDS - _age(stamp)
         return True
     lock = stamp + ".lock"
     for _ in range(50 if urgent else 1):  # a save's allowance must not wait for its next beat
@@ -157,6 +176,9 @@ def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
     else:
         return False
     try:
+        if not urgent and _age(stamp) < contract.PUBLISH_SECONDS:
+            return True  # another rank published while this one waited for the lock
+        began = time.time()
         lines = []
         for entry in sorted(os.listdir(local)):
             if entry.startswith("rank-") and not entry.endswith(".tmp"):
@@ -167,6 +189,9 @@ def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
                     continue
         _replace(os.path.join(folder, contract.NODE_BEAT_FILE.format(node=node_name())), "".join(lines))
         _replace(stamp, "")
+        # Dated just before the lines were read (file times are coarse): a beat written while
+        # they were read is newer, and _publish_trailing sends it.
+        os.utime(stamp, (began - 0.1, began - 0.1))
         _next_publish = now + contract.PUBLISH_SECONDS
         return True
     finally:
@@ -174,6 +199,14 @@ def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
             os.unlink(lock)
         except OSError:  # taken from us as stale: ours was a slow publication, not a lost one
             pass
+
+
+def _age(stamp: str) -> float:
+    """Seconds since the node's last publication (its stamp's time); infinite before the first."""
+    try:
+        return time.time() - os.stat(stamp).st_mtime
+    except OSError:
+        return float("inf")
 
 
 def _replace(path: str, text: str) -> None:
