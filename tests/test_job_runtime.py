@@ -150,6 +150,18 @@ def test_a_crash_before_training_began_is_not_retried(job, capsys):
     assert record(job.files).state == "failed"
 
 
+def test_a_step_slurm_refused_before_training_began_is_retried(job, capsys):
+    """Seen once with 22.05: a component's srun refused ("Invalid generic resource (gres)
+    specification") for a step like those of every other run; not the code's fault, so retried."""
+    slurm = Slurm(log="slurmgen: job 77\nsrun: error: Unable to create step for job 78: Invalid generic resource"
+                      " (gres) specification\n")
+    runtime, _ = job(component_1=exits(1, 1002), slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr()
+    assert "no rank had begun training" not in out.err
+    assert "failure 1 of at most 2 (crash): requeueing job 77" in out.out + out.err and slurm.requeued == ["77"]
+
+
 def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
     log = "slurmgen: job 77\nsrun: error: node3: task 2: Exited with exit code 13\n"
     slurm = Slurm(log=log)

@@ -54,3 +54,11 @@ def crashed_node(log: str) -> str:
     tasks = [(m["host"], m["code"]) for m in _SRUN_TASK.finditer(log)]
     odd = [h for h, code in tasks if code not in (None, "1")]
     return odd[0] if odd else ""
+
+
+def step_refused(log: str) -> bool:
+    """Whether Slurm refused to create a step of the last run ("srun: error: Unable to create step
+    for job"): once seen with 22.05 ("Invalid generic resource (gres) specification") for a step
+    like many before and after it, so worth a retry even before any rank began."""
+    start = log.rfind("slurmgen: job ")
+    return "srun: error: Unable to create step for job" in (log[start:] if start >= 0 else log)

@@ -243,12 +243,12 @@ class Runtime:
         record.open_run = []  # this run ends here, by the runtime's own hand
         info = self.slurm.job_info(spec.job)
         gone = self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes)))  # 25.11 may drop a failed node
+        log = self.slurm.read_log(info.log) if why == CRASH else ""
         if gone:
             why, node = NODE, sorted(gone)[0]
-        elif not node and why == CRASH:
-            node = retry.crashed_node(self.slurm.read_log(info.log))
-        node = self.slurm.node_name(node, info.nodes)
-        if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats):
+        node = self.slurm.node_name(node or (retry.crashed_node(log) if why == CRASH else ""), info.nodes)
+        # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start.
+        if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
             return False
