@@ -246,7 +246,7 @@ class Runtime:
         log = self.slurm.read_log(info.log) if why == CRASH else ""
         if gone:
             why, node = NODE, sorted(gone)[0]
-        node = self.slurm.node_name(node or (retry.crashed_node(log) if why == CRASH else ""), info.nodes)
+        node = self.slurm.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
         # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start.
         if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"

@@ -146,7 +146,8 @@ LOG_TAIL = 16 * 2**20  # the end of a failed run: its failures are reported last
 
 
 def read_log(path: str, tail: int = LOG_TAIL) -> str:
-    """The job log's last `tail` bytes: the ranks of a long run may have written gigabytes."""
+    """A file's last `tail` bytes ("" when it cannot be read): a job log, whose ranks may have
+    written gigabytes, or a long run's progress.jsonl, which `slurmgen watch` reads every second."""
     try:
         with open(path, "rb") as log:
             log.seek(max(0, log.seek(0, 2) - tail))

@@ -15,6 +15,7 @@ from typing import Optional, TextIO
 
 from slurmgen.job.hangs import read_beats
 from slurmgen.job.record import JobFiles
+from slurmgen.job.slurm import read_log
 from slurmgen.site.jobs import TERMINAL, job_records, overall_state
 from slurmgen.site.jobs import NO_VALUE
 
@@ -27,13 +28,8 @@ def last_progress(output_dir: Optional[Path]) -> Optional[dict]:
     if output_dir is None:
         return None
     path = Path(output_dir) / "progress.jsonl"
-    try:  # the end only: watch asks every second, and a long run's file has a line per step
-        with open(path, "rb") as progress:
-            progress.seek(max(0, progress.seek(0, 2) - PROGRESS_TAIL))
-            lines = progress.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
+    # the end only: watch asks every second, and a long run's file has a line per step
+    for line in reversed(read_log(str(path), tail=PROGRESS_TAIL).splitlines()):
         try:
             return json.loads(line)
         except ValueError:
