@@ -9,6 +9,7 @@
 #                            [--host-names same|other] [--gpu-types T,T,...]
 #   tests/localcluster.sh bin --slurm VERSION    # prints the PATH entries of that Slurm's commands
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
+#   tests/localcluster.sh node-kill nodeN         # SIGKILL everything of nodeN (slurmd, steps, ranks)
 #   tests/localcluster.sh node-restart nodeN      # start nodeN's slurmd again (after a test killed it)
 #   tests/localcluster.sh down                    # stop what `up` started, remove what it made
 #
@@ -1105,6 +1106,30 @@ cmd_node_restart() {
     say "$name: slurmd started again"
 }
 
+cmd_node_kill() {
+    # node-kill nodeN: the node as if its power went: every process in its network namespace (in
+    # the 127.0.0.1 fallback: its slurmd, munged and all they started) gets SIGKILL at once
+    local name=${1:-} pids
+    [[ $name =~ ^node[0-9]+$ ]] || die "node-kill wants a node name like node3 (got '$name')"
+    need_root
+    load_layout || die "not up"
+    if [[ $MODE == netns ]]; then
+        pids=$(ip netns pids "$PREFIX-$name")
+    else
+        pids=$(descendants "$(head -n1 "$RUN/slurmd-$name.pid")"; head -n1 "$RUN/munged-$name.pid")
+    fi
+    [[ -n $pids ]] || die "$name: no process to kill"
+    # shellcheck disable=SC2086  # one pid per word
+    kill -KILL $pids 2>/dev/null || true
+    say "$name: killed $(wc -w <<<"$pids") process(es)"
+}
+
+descendants() {  # PID: it and every process below it
+    local child
+    echo "$1"
+    for child in $(pgrep -P "$1"); do descendants "$child"; done
+}
+
 main() {
     local cmd=${1:-}
     [[ $# -gt 0 ]] && shift
@@ -1115,6 +1140,7 @@ main() {
         down) lock; cmd_down "$@" ;;
         status) cmd_status "$@" ;;
         node-restart) lock; cmd_node_restart "$@" ;;
+        node-kill) lock; cmd_node_kill "$@" ;;
         -h | --help | help) usage ;;
         *) usage >&2; exit 2 ;;
     esac

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from slurmgen.job.record import Failure, JobFiles, JobRecord
-from slurmgen.job.runtime import PREEMPTED_WAIT, Component, JobSpec, Runtime
+from slurmgen.job.runtime import PREEMPTED_WAIT, Runtime
+from slurmgen.job.states import Component, JobSpec
 from slurmgen.job.slurm import JobInfo
 
 NODES = ["node1", "node2", "node3", "node4"]
@@ -88,6 +89,9 @@ class Slurm:
 
     def signal_steps(self, job):
         return False  # as where no controller answers: the runtime TERMs its sruns itself
+
+    def kill_steps(self, job):
+        self.killed = True
 
     def read_log(self, path):
         return self.log

@@ -11,7 +11,10 @@ from functools import partial
 
 from slurmgen.job import hangs, slurm
 from slurmgen.job.record import JobFiles
-from slurmgen.job.runtime import Component, JobSpec, Runtime
+from slurmgen.job.replace import SpareRuntime
+from slurmgen.job.runtime import Runtime
+from slurmgen.job.spares import Placement
+from slurmgen.job.states import Component, JobSpec
 from slurmgen.job.steps import Steps
 
 
@@ -26,19 +29,25 @@ def parse(argv: list[str]) -> JobSpec:
     p.add_argument("--stop-wait", type=float, default=170)
     p.add_argument("--stop-grace", type=float, default=0)
     p.add_argument("--preflight", action="store_true")
+    p.add_argument("--spares", type=int, default=0)
     p.add_argument("--component", nargs=4, action="append", required=True, metavar=("NAME", "NODES", "GPUS", "LAUNCH"))
     a = p.parse_args(argv)
     components = tuple(Component(name, int(nodes), int(gpus), launch) for name, nodes, gpus, launch in a.component)
     return JobSpec(a.job, JobFiles.of(a.logs, a.job), a.world_size, components, a.max_restarts, a.max_failures,
                    a.hang_timeout, a.stop_wait, a.stop_grace, a.preflight,
                    poll=float(os.environ.get("SLURMGEN_POLL_SECONDS", "1")),
-                   settle=float(os.environ.get("SLURMGEN_SETTLE_SECONDS", "10")))
+                   settle=float(os.environ.get("SLURMGEN_SETTLE_SECONDS", "10")), spares=a.spares)
 
 
 def job_nodes() -> list[str]:
     """Every node of this run, from the allocation's own variables."""
     lists = [v for k, v in os.environ.items() if k == "SLURM_JOB_NODELIST" or k.startswith("SLURM_JOB_NODELIST_HET_GROUP_")]
     return sorted({n for v in lists for n in slurm.expand(v)})
+
+
+def group_nodes(groups: int) -> list[list[str]]:
+    """Each het group's nodes, in the allocation's order (Slurm's node order, as steps number them)."""
+    return [slurm.expand(os.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{i}", "")) for i in range(groups)]
 
 
 def main(argv: list[str]) -> int:
@@ -52,8 +61,13 @@ def main(argv: list[str]) -> int:
     het = len(spec.components) > 1
     groups = [(str(i) if het else "-", c.nodes) for i, c in enumerate(spec.components)]
     report = spec.files.folder.parent / f"hang-report-{spec.job}.txt"
-    watch = partial(hangs.check, spec.files.beats, spec.hang_timeout, spec.world_size, report, groups, spec.job)
-    return Runtime(spec, Steps(spec.files.launch), hang_check=watch, nodes=job_nodes()).main()
+    if not spec.spares:
+        watch = partial(hangs.check, spec.files.beats, spec.hang_timeout, spec.world_size, report, groups, spec.job)
+        return Runtime(spec, Steps(spec.files.launch), hang_check=watch, nodes=job_nodes()).main()
+    placement = Placement(spec.layout, group_nodes(len(spec.components) + 1))
+    watch = lambda: hangs.check(spec.files.beats, spec.hang_timeout, spec.world_size, report,  # noqa: E731
+                                placement.dump_groups(), spec.job)
+    return SpareRuntime(spec, Steps(spec.files.launch), placement, hang_check=watch, nodes=job_nodes()).main()
 
 
 if __name__ == "__main__":

@@ -102,14 +102,15 @@ def stuck_ranks(beats: dict[int, Beat], world: int, now: float, timeout: float) 
     return sorted(r for r, t in last.items() if now - t >= allowed[r])
 
 
-def ask_for_stacks(folder: Path, groups: list[tuple[str, int]], job: Optional[str] = None,
+def ask_for_stacks(folder: Path, groups: list[tuple], job: Optional[str] = None,
                    mode: str = "signal") -> None:
     """One `srun --overlap` per component into the running job (from outside it: ``job``); each
     signals its node's ranks (mode "signal"), or continues its stopped ones ("continue")."""
     procs = []
-    for group, nodes in groups:
+    for group, nodes, *named in groups:  # named: the nodes by name (a component on spares)
         het = [f"--het-group={group}"] if group != "-" else []
         het += [f"--jobid={job}"] if job else []
+        het += [f"--nodelist={named[0]}"] if named else []
         # --mem=0: where memory is a consumable, the training step holds all of it (checked
         # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
@@ -197,7 +198,7 @@ def nccl_note(report: Path, job: str) -> str:
             " watchdog times out (--collective-timeout); read with python -m torch.distributed.flight_recorder.fr_trace\n")
 
 
-def check(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple[str, int]],
+def check(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple],
           job: str, since: float = 0.0, outside: bool = False,
           say=print) -> Optional[tuple[list[str], Optional[str]]]:
     """One look at the heartbeats (those older than ``since``, a previous run's, do not count).

@@ -17,70 +17,17 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Callable, Optional
 
 from slurmgen import contract
 from slurmgen.job import hangs, preflight, retry, slurm
-from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobFiles, JobRecord, RunRecord
+from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobRecord, RunRecord
+from slurmgen.job.states import JobSpec, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
 STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
 PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
-
-
-class State(str, Enum):
-    STARTING = "starting"  # counting a run that Slurm ended, checking the failure budget
-    PREFLIGHT = "preflight"  # every node reports its software; one that differs stops the job
-    TRAINING = "training"  # components running and watched
-    CHECKPOINTING = "checkpointing"  # a time-limit or preemption warning: ranks save and stop
-    FAILING = "failing"  # a component failed or ranks hang: the others get SETTLE s, then TERM
-    FINISHED = "finished"  # final states: the job ends with the run
-    REQUEUED = "requeued"  # by the runtime, to resume from the newest checkpoint
-    PREEMPTED = "preempted"  # Slurm requeues it at the end of its GraceTime
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class Component:
-    name: str  # as the log names it: "component 0 (2 node(s) x 1 GPU)"
-    nodes: int
-    gpus: int  # per node
-    launch: str  # its launch function in the script
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    job: str
-    files: JobFiles
-    world_size: int
-    components: tuple[Component, ...]
-    max_restarts: int = 3
-    max_failures: int = 2
-    hang_timeout: float = 0  # 0: no hang watch
-    stop_wait: float = 170  # ranks' time to checkpoint after the warning
-    stop_grace: float = 0  # a script that takes no stop file gets this long, then TERM (0: never)
-    preflight: bool = False
-    poll: float = 1.0
-    settle: float = 10.0  # the others' time to end after the first failure
-
-    @property
-    def layout(self) -> list[tuple[int, int]]:  # (GPUs per node, nodes) per component
-        return [(c.gpus, c.nodes) for c in self.components]
-
-
-@dataclass
-class Run:
-    """This run's own facts, gone with it."""
-    state: State = State.STARTING
-    status: int = 0  # the first failed component's exit status (1 for a hang)
-    why: str = CRASH
-    suspect: str = ""  # the node a hang points at
-    failed_at: float = 0.0
-    warned_at: Optional[float] = None
-    steps: list = field(default_factory=list)  # (component, process); process None once reaped
 
 
 class Runtime:
@@ -111,8 +58,14 @@ class Runtime:
             if status is not None:
                 return status
         self._enter(State.TRAINING)
-        self.run.steps = [(c, self.steps.start(c.launch)) for c in self.spec.components]
+        self.run.steps = self._start()
         return self._watch()
+
+    def _start(self) -> list:
+        """Each component's step: (its name, its nodes, the process)."""
+        count = len(self.spec.components)
+        return [(c.name, os.environ.get(_nodelist_var(i, count), ""), self.steps.start(c.launch))
+                for i, c in enumerate(self.spec.components)]
 
     def _begin(self) -> bool:
         """A run that never reached its end (Slurm ended it: a node went down) is a failure there."""
@@ -207,10 +160,7 @@ class Runtime:
     def _end(self, status: int) -> int:
         """The run is over (its steps have ended): requeue, wait for Slurm, or end the job."""
         if self.run.warned_at is None:  # a failure: a retry, or the end
-            if status:
-                return self._finish(State.REQUEUED, 0) if self._retry(self.run.why, self.run.suspect) \
-                    else self._finish(State.FAILED, status)
-            return self._finish(State.FINISHED, 0)
+            return self._failed(status) if status else self._finish(State.FINISHED, 0)
         how, step = self._outcome()
         saved = f"checkpoint saved at step {step}; " if step else ""
         if how == contract.FINISHED:
@@ -237,12 +187,22 @@ class Runtime:
         self.record.restarts += 1
         return self._finish(State.REQUEUED, 0)
 
+    def _failed(self, status: int) -> int:
+        """The run failed: requeued to retry it, or the job's end."""
+        return self._finish(State.REQUEUED, 0) if self._retry(self.run.why, self.run.suspect) \
+            else self._finish(State.FAILED, status)
+
     def _retry(self, why: str, node: str) -> bool:
         """A failed run: count it, leave out the nodes to blame, requeue (True) or not."""
+        judged = self._judge(why, node)
+        return judged is not None and self._requeue_without(*judged)
+
+    def _judge(self, why: str, node: str, lost: Optional[dict] = None):
+        """A failed run counted: (why, node, nodes gone, JobInfo) when a retry is due, else None."""
         spec, record = self.spec, self.record
         record.open_run = []  # this run ends here, by the runtime's own hand
         info = self.slurm.job_info(spec.job)
-        gone = self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes)))  # 25.11 may drop a failed node
+        gone = {**self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes))), **(lost or {})}  # 25.11 may drop a failed node
         log = self.slurm.read_log(info.log) if why == CRASH else ""
         if gone:
             why, node = NODE, sorted(gone)[0]
@@ -251,12 +211,18 @@ class Runtime:
         if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
-            return False
+            return None
         record.failures.append(Failure(why, node))
         count, where = len(record.failures), f" on {node}" if node else ""
         if count > spec.max_failures:
             say(f"slurmgen: failure {count} ({why}{where}): no retry left (--max-failures {spec.max_failures})", err=True)
-            return False
+            return None
+        return why, node, gone, info
+
+    def _requeue_without(self, why: str, node: str, gone: dict, info) -> bool:
+        """Requeue the job, the nodes to blame left out of its next run (True), or say why not."""
+        spec, record = self.spec, self.record
+        count, where = len(record.failures), f" on {node}" if node else ""
         excluded = sorted(set(record.excluded) | set(retry.to_exclude(record.failures, list(gone))))
         new = [n for n in excluded if n not in record.excluded]
         record.excluded = excluded
@@ -281,18 +247,17 @@ class Runtime:
     def _reap(self) -> int:
         """Name the components that failed; the number still running."""
         running = 0
-        for i, (component, proc) in enumerate(self.run.steps):
+        for i, (name, nodes, proc) in enumerate(self.run.steps):
             if proc is None:
                 continue
             rc = proc.poll()
             if rc is None:
                 running += 1
                 continue
-            self.run.steps[i] = (component, None)
+            self.run.steps[i] = (name, nodes, None)
             if rc != 0:
                 rc = rc if rc > 0 else 128 - rc  # killed by a signal: as the shell says it
-                say(f"slurmgen: {component.name} failed with exit status {rc} (nodes "
-                    f"{os.environ.get(_nodelist_var(i, len(self.spec.components)), '')})", err=True)
+                say(f"slurmgen: {name} failed with exit status {rc} (nodes {nodes})", err=True)
                 if not self.run.status:  # the first failure: the others get SETTLE s to end
                     self.run.status, self.run.failed_at = rc, self.clock()
                     self._enter(State.FAILING)
@@ -300,7 +265,7 @@ class Runtime:
 
     def _stop_steps(self) -> None:
         """TERM to the steps' tasks (through Slurm, else to each srun), KILL 30 s later."""
-        procs = [p for _, p in self.run.steps if p is not None]
+        procs = [p for _, _, p in self.run.steps if p is not None]
         if not self.slurm.signal_steps(self.spec.job):
             for proc in procs:
                 proc.terminate()

@@ -7,9 +7,10 @@
 # requeues, the time-limit stop, the hang watch) is slurmgen.job.runtime, in Python, which run_job
 # starts and which starts the launch functions from the job's folder.
 #
-# Settings: PYTHON LOGS MAX_RESTARTS MAX_FAILURES STOP_WAIT STOP_GRACE HANG_TIMEOUT, MASTER_PORT
+# Settings: PYTHON LOGS MAX_RESTARTS MAX_FAILURES STOP_WAIT STOP_GRACE HANG_TIMEOUT SPARES, MASTER_PORT
 # or PORT_LOW and PORT_SPAN, MASTER_ADDR_IP MASTER_IFACE IFACE_PATTERN; arrays PREFLIGHT (KIND
-# TARGET MODEL; empty: no preflight), COMPONENT_NAMES COMPONENT_NODES COMPONENT_GPUS, and
+# TARGET MODEL; empty: no preflight), COMPONENT_NAMES COMPONENT_NODES COMPONENT_GPUS (the last
+# two with the spare nodes' group after the components where SPARES > 0), and
 # CONTAINER_SRUN CONTAINER_EXEC (the steps' container words) where a container is used. From the
 # environment: SLURMGEN_WORLD_SIZE, EARLY_WARNING (1: a warning came before run_job).
 
@@ -31,10 +32,11 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"
     # The launch functions and what they read, for the runtime to run each in a bash of its own.
     { declare -p PYTHON RUNTIME_DIR HET PREFLIGHT COMPONENT_NODES COMPONENT_GPUS TARGET CONTAINER_SRUN CONTAINER_EXEC 2>/dev/null
-      declare -f het_group preflight_step "$@"; } > "$job_dir/launch.sh"
+      declare -f het_group preflight_step probe_step "$@"; } > "$job_dir/launch.sh"
     local args=(--job "$SLURM_JOB_ID" --logs "$LOGS" --world-size "$SLURMGEN_WORLD_SIZE" --max-restarts "$MAX_RESTARTS"
                 --max-failures "$MAX_FAILURES" --hang-timeout "$HANG_TIMEOUT" --stop-wait "$STOP_WAIT" --stop-grace "$STOP_GRACE")
     (( ${#PREFLIGHT[@]} == 0 )) || args+=(--preflight)
+    (( ! ${SPARES:-0} )) || args+=(--spares "$SPARES")
     for i in "${!COMPONENT_NAMES[@]}"; do
         args+=(--component "${COMPONENT_NAMES[i]}" "${COMPONENT_NODES[i]}" "${COMPONENT_GPUS[i]}" "${@:$((i + 1)):1}")
     done
@@ -61,6 +63,10 @@ preflight_step() {  # I: every node of component I reports its software, one lin
     exec srun $(het_group "$1") --nodes="${COMPONENT_NODES[$1]}" --ntasks="${COMPONENT_NODES[$1]}" --ntasks-per-node=1 \
         --cpus-per-task=1 ${CONTAINER_SRUN[@]+"${CONTAINER_SRUN[@]}"} ${CONTAINER_EXEC[@]+"${CONTAINER_EXEC[@]}"} \
         "$PYTHON" -c "$(<"$RUNTIME_DIR/node_report.py")" "${PREFLIGHT[@]}" "${COMPONENT_GPUS[$1]}"
+}
+
+probe_step() {  # GROUP NODE: a step of nothing on NODE; the runtime's look for a lost node (--spares)
+    exec srun --het-group="$1" --nodelist="$2" --nodes=1 --ntasks=1 --overlap --mem=0 --gres=none --quiet true
 }
 
 # ---- rendezvous: rank 0's node (the first of component 0) hosts it --------------------------------

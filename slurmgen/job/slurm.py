@@ -142,6 +142,18 @@ def signal_steps(job: str) -> bool:
     return subprocess.run(["scancel", "--signal=TERM", job], capture_output=True).returncode == 0
 
 
+def kill_steps(job: str) -> None:
+    """KILL to every task of the job's steps, step by step: KILL sent to the job itself would end it.
+    A het job's steps carry their component's job id (J+1's are J1.N), which squeue -s -j needs."""
+    from slurmgen.site.jobs import job_records
+
+    ids = ",".join(r.get("JobId", "") for r in job_records(job) if r.get("JobId")) or job
+    listed = subprocess.run(["squeue", "-h", "-s", "-j", ids, "-o", "%i"], capture_output=True, text=True, timeout=60)
+    steps = [s for s in listed.stdout.split() if s.rpartition(".")[2].isdigit()]  # not .batch, .extern
+    if steps:
+        subprocess.run(["scancel", "--signal=KILL", *steps], capture_output=True, timeout=60)
+
+
 LOG_TAIL = 16 * 2**20  # the end of a failed run: its failures are reported last (every node's in a few KB)
 
 

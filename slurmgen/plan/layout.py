@@ -9,7 +9,8 @@ component 0, which is MASTER_ADDR.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import scale_mem, train_arg
@@ -43,6 +44,12 @@ class Plan:
     spec: JobSpec
     components: tuple[Component, ...]
     runs: tuple = ()  # a sweep's runs (slurmgen.plan.sweep.Run); empty for a single job
+    spare: Optional[Component] = None  # --spares: idle nodes as wide as the widest component's
+
+    @property
+    def groups(self) -> tuple[Component, ...]:
+        """The allocation's het components: the layout's, then the spare nodes'."""
+        return self.components + ((self.spare,) if self.spare else ())
 
     @property
     def array(self) -> str:
@@ -54,7 +61,7 @@ class Plan:
 
     @property
     def heterogeneous(self) -> bool:
-        return len(self.components) > 1
+        return len(self.groups) > 1
 
     @property
     def total_nodes(self) -> int:
@@ -112,11 +119,16 @@ def materialize(spec: JobSpec) -> Plan:
         ))
         node_offset += len(positions)
         rank_offset += len(positions) * count
+    spare = None
+    if spec.spares:  # it may stand in for any node: the most GPUs, CPUs and memory of any component
+        widest = max(components, key=lambda c: (c.gpus_per_node, c.cpus_per_task))
+        spare = replace(widest, index=len(components), nodes=spec.spares, node_offset=node_offset,
+                        rank_offset=rank_offset, nodelist="")
     runs = ()
     if spec.sweep:
         from slurmgen.plan.sweep import expand
         runs = tuple(expand(spec.sweep, spec.sweep_mode, spec.train_args))
-    return Plan(spec=spec, components=tuple(components), runs=runs)
+    return Plan(spec=spec, components=tuple(components), runs=runs, spare=spare)
 
 
 def summary(plan: Plan) -> str:
@@ -132,6 +144,9 @@ def summary(plan: Plan) -> str:
         lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node}{typed} GPU(s){where},"
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")
+    if plan.spare:
+        lines.append(f"  spares: {plan.spare.nodes} node(s) x {plan.spare.gpus_per_node} GPU(s), idle until one replaces"
+                     " a lost or blamed node")
     lines.append(f"  ranks per node: {ranks_per_node(plan)}")
     if plan.runs:
         lines.append(sweep_summary(plan))

@@ -94,6 +94,7 @@ class JobSpec:
     hang_timeout: int = 300                # 0: no hang watch
     save_timeout: Optional[int] = None     # None: from the saves measured in the run (train.saves)
     max_failures: int = 2
+    spares: int = 0                        # idle nodes in the allocation that replace a lost one (render)
     preflight: bool = True
     rank_hooks: bool = True                # train/rank_hooks on the ranks' PYTHONPATH (user code only)
     resume: str = "off"                    # "auto": a user's Trainer resumes by itself
@@ -205,6 +206,9 @@ class JobSpec:
             raise SpecError(f"--save-timeout {self.save_timeout}: must be a positive number of seconds")
         if self.max_failures < 0:
             raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
+        if self.spares < 0 or (self.spares and len(set(self.gpu_types)) > 1):
+            raise SpecError(f"--spares {self.spares}: " + ("must be zero or more" if self.spares < 0 else
+                            "a spare stands in for any node, so the nodes must share one --gpu-type"))
         if self.sweep:  # the runs themselves: --output_dir given, not too many
             sweep.expand(self.sweep, self.sweep_mode, self.train_args)
         if self.prep and (self.exec or self.script or self.module != PREP_MODULE):

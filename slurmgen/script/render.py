@@ -173,6 +173,21 @@ def _port_settings(spec, plan) -> str:
     return job_port_settings(spec.port_range)
 
 
+def _place(comp, spares: bool) -> dict:
+    """The words of a launch line that say where its ranks go: the component's own, or with
+    --spares where the job runtime puts each part (slurmgen.job.spares.Part: the function's
+    arguments GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST)."""
+    if not spares:
+        return {"group": comp.index, "nodes": comp.nodes, "tasks": comp.tasks, "first_node": comp.node_offset,
+                "first_rank": comp.rank_offset, "machine": '"$SLURM_NODEID"', "env": "", "flags": "", "usage": ""}
+    return {"group": '"$1"', "nodes": '"$2"',
+            "tasks": '"$2"' if comp.tasks_per_node == 1 else f'"$(( $2 * {comp.tasks_per_node} ))"',
+            "first_node": "SLURMGEN_FIRST_NODE", "first_rank": "SLURMGEN_FIRST_RANK",
+            "machine": '"$(( SLURMGEN_FIRST_NODE + SLURM_NODEID ))"',
+            "env": "SLURMGEN_FIRST_NODE=$3 SLURMGEN_FIRST_RANK=$4 ", "flags": ' --nodelist="$5" --overlap --mem=0',
+            "usage": "  # GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST: the job runtime's choice (--spares)"}
+
+
 def _component_name(comp) -> str:
     gpus = "GPU" if comp.gpus_per_node == 1 else "GPUs"
     typed = f" {comp.gpu_type}" if comp.gpu_type else ""
@@ -199,9 +214,11 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "output_pattern": output_pattern(spec.log_dir, spec.log_name),
         "error_pattern": output_pattern(spec.log_dir, spec.error_name) if spec.error_log else "",
         "layout": run_length(spec.gpus),
-        "het_flag": [f"--het-group={c.index} " if plan.heterogeneous else "" for c in plan.components],
+        "het_flag": [f"--het-group={_place(c, bool(plan.spare))['group']} " if plan.heterogeneous else ""
+                     for c in plan.components],
+        "place": [_place(c, bool(plan.spare)) for c in plan.components],
         "component_names": [_component_name(c) for c in plan.components],
-        "component_options": [_component_options(spec, c) for c in plan.components],
+        "component_options": [_component_options(spec, c) for c in plan.groups],
         "srun_flags": _words(spec.srun_args),
         # Launcher flags after slurmgen's own; a program is started as it is, without Python.
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),

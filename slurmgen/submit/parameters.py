@@ -36,6 +36,9 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.cpus_per_node is not None:
         raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
                         " task per GPU; use --cpus-per-gpu")
+    if spec.spares:
+        raise SpecError(f"--spares {spec.spares}: python -m slurmgen.submit keeps no spare nodes (its retries"
+                        " submit again); use slurmgen render")
     if spec.prep:
         raise SpecError("--prep: not on python -m slurmgen.submit yet; use slurmgen render")
     if spec.log_name != DEFAULT_LOG_NAME:

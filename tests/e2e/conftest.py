@@ -12,6 +12,8 @@ import pytest
 from tests import slurm_helpers
 
 REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "tests" / "localcluster.sh"
+STATE = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 BIN = Path(sys.executable).parent
 OFFLINE = ["--env", "HF_HUB_OFFLINE=1", "--env", "HF_DATASETS_OFFLINE=1",
            "--env", "TOKENIZERS_PARALLELISM=false"]
@@ -150,3 +152,28 @@ def sft_args(assets, workdir, steps=12, **extra):
     for key, value in extra.items():
         args += [f"--{key}", str(value)]
     return args
+
+
+# ---- the cluster's layout, changed for a module and put back after it
+def _layout() -> dict[str, str]:
+    text = (STATE / "layout").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def _up(gpus: str, layout: dict[str, str], host_names: str, gpu_types: str = "") -> None:
+    subprocess.run(["bash", str(CLUSTER), "down"], check=True, capture_output=True, text=True)
+    proc = subprocess.run(["bash", str(CLUSTER), "up", "--gpus", gpus, "--profile", layout.get("PROFILE", "auto"),
+                           "--slurm", layout.get("SLURM", "system") or "system", "--host-names", host_names,
+                           *(["--gpu-types", gpu_types] if gpu_types else [])],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def spare_node(cluster):
+    """The cluster as 1,1,2,2,2, and with host names that are not Slurm's node names (node3's host
+    is host3.cluster.test), as on many sites: every blame and exclusion must use Slurm's names."""
+    before = _layout()
+    _up("1,1,2,2,2", before, "other")
+    yield
+    _up(before["GPUS"].replace(" ", ","), before, before.get("HOST_NAMES", "same"))

@@ -119,7 +119,8 @@ def test_preflight_stops_a_job_whose_node_differs(submit_job, tmp_path):
 @pytest.fixture
 def typed_gpus(cluster):
     """The cluster's GPUs typed: node1 and node2 volta, node3 and node4 ampere (gpu:volta:1 ...)."""
-    from tests.e2e.test_hangs import _layout, _up, wait_idle
+    from tests.e2e.conftest import _layout, _up
+    from tests.e2e.test_hangs import wait_idle
 
     wait_idle()
     before = _layout()

@@ -26,29 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, JobRun, render_and_submit
+from tests.e2e.conftest import CLUSTER, REPO, STATE, JobRun, render_and_submit
 from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, progress_times, wait_progress,
                                              wait_with_nudges)
 
 UNEVEN = ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop"]
-CLUSTER = REPO / "tests" / "localcluster.sh"
-STATE = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 # As in the healthy run below, which shows that 10 s raises no false alarm on a healthy job.
 HANG_TIMEOUT = 10
-
-
-def _layout() -> dict[str, str]:
-    text = (STATE / "layout").read_text()
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def _up(gpus: str, layout: dict[str, str], host_names: str, gpu_types: str = "") -> None:
-    subprocess.run(["bash", str(CLUSTER), "down"], check=True, capture_output=True, text=True)
-    proc = subprocess.run(["bash", str(CLUSTER), "up", "--gpus", gpus, "--profile", layout.get("PROFILE", "auto"),
-                           "--slurm", layout.get("SLURM", "system") or "system", "--host-names", host_names,
-                           *(["--gpu-types", gpu_types] if gpu_types else [])],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def wait_idle(timeout: float = 120) -> None:
@@ -59,16 +43,6 @@ def wait_idle(timeout: float = 120) -> None:
         if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
             return
         time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def spare_node(cluster):
-    """The cluster as 1,1,2,2,2, and with host names that are not Slurm's node names (node3's host
-    is host3.cluster.test), as on many sites: every blame and exclusion must use Slurm's names."""
-    before = _layout()
-    _up("1,1,2,2,2", before, "other")
-    yield
-    _up(before["GPUS"].replace(" ", ","), before, before.get("HOST_NAMES", "same"))
 
 
 def component_nodes(info: dict) -> list[str]:

@@ -107,7 +107,7 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
 def ib_on_node3_and_4(cluster):
     """node3 and node4 name their network interface ib0, node1 and node2 keep eth0: nodes of one
     site that differ, so that an interface prefix list must give each node its own exact name."""
-    from tests.e2e.test_hangs import _layout
+    from tests.e2e.conftest import _layout
 
     assert _layout()["MODE"] == "netns", "the nodes need network namespaces of their own"
 

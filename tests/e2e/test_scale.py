@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.test_hangs import CLUSTER, _layout, _up
+from tests.e2e.conftest import CLUSTER, _layout, _up
 
 _spec = importlib.util.spec_from_file_location("bench_scale", CLUSTER.parents[1] / "bench" / "scale.py")
 scale = importlib.util.module_from_spec(_spec)

@@ -1,0 +1,111 @@
+"""The job runtime with spare nodes (--spares): a failed run restarts inside the allocation, the node
+to blame replaced by an idle spare, with no requeue and no wait in the queue. Which node is to
+blame: one Slurm marks bad, one that does not start a step when asked (its slurmd is gone: Slurm
+itself notices only after SlurmdTimeout, often minutes), the node a crash began on or a hang points
+at, and the nodes a retry without spares would exclude. With no spare left, the job is requeued
+without those nodes, as without spares."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from slurmgen import contract
+from slurmgen.job import retry
+from slurmgen.job.record import NODE
+from slurmgen.job.runtime import Runtime, say
+from slurmgen.job.spares import Placement
+from slurmgen.job.states import Run, State
+
+PROBE_SECONDS = 10  # a node that has not started a probe step by then counts as lost
+STOP_SECONDS = 5  # TERM to the old steps' tasks, then KILL: a step with a lost node never ends by itself
+
+
+class SpareRuntime(Runtime):
+    def __init__(self, spec, steps, placement: Placement, **kwargs):
+        super().__init__(spec, steps, **kwargs)
+        self.placement = placement
+        self.probes: dict = {}
+        self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
+
+    def _start(self) -> list:
+        """One step per part of each component (its own nodes, the spares it took)."""
+        return [(c.name, ",".join(part.nodes), self.steps.start(c.launch, *part.args()))
+                for i, c in enumerate(self.spec.components) for part in self.placement.parts(i)]
+
+    def _enter(self, state: State) -> None:
+        if state == State.FAILING and not self.probes:  # asked now, read when the run has ended
+            self.probes = self._probe()
+        super()._enter(state)
+
+    def _probe(self) -> dict:
+        """A step of nothing on every node that holds ranks or may: started at once, one per node."""
+        held = {n: g for i in range(len(self.spec.components)) for g, n in self.placement.held[i]}
+        held.update({n: self.placement.spare_group for n in self.placement.free})
+        began = self.clock()
+        return {node: (began, self.steps.start("probe_step", str(group), node)) for node, group in held.items()}
+
+    def _lost(self) -> dict:
+        """Nodes whose probe failed, or did not answer within PROBE_SECONDS: node -> why."""
+        lost = {}
+        for node, (began, proc) in self.probes.items():
+            while proc.poll() is None and self.clock() < began + PROBE_SECONDS:
+                self.sleep(0.2)
+            if proc.poll() is None:
+                proc.kill()
+                lost[node] = f"no step started in {PROBE_SECONDS} s"
+            elif proc.poll() != 0:
+                lost[node] = "no step started"
+        self.probes = {}
+        return lost
+
+    def _warned(self):
+        """25.11 signals the batch script when a node is lost: with spares that is a failure to
+        recover from here, not a warning (the stop file goes, the ranks must not stop at it)."""
+        if not self.slurm.bad_nodes(self.placement.nodes()):
+            return super()._warned()
+        self.files.stop.unlink(missing_ok=True)
+        self.run.why, self.run.status, self.run.failed_at = NODE, 1, self.clock() - self.spec.settle
+        self._enter(State.FAILING)
+        return None
+
+    def _stop_steps(self) -> None:
+        """TERM, then KILL STOP_SECONDS later, to the old steps' tasks; their sruns are ended too."""
+        procs = [p for _, _, p in self.run.steps if p is not None]
+        self.slurm.signal_steps(self.spec.job)
+        deadline = self.clock() + STOP_SECONDS
+        while any(p.poll() is None for p in procs) and self.clock() < deadline:
+            self.sleep(0.5)
+        if any(p.poll() is None for p in procs):
+            self.slurm.kill_steps(self.spec.job)
+            for proc in procs:
+                proc.kill()
+
+    def _failed(self, status: int) -> int:
+        judged = self._judge(self.run.why, self.run.suspect, self._lost())
+        if judged is None:
+            return self._finish(State.FAILED, status)
+        why, node, gone, _ = judged
+        bad = set(retry.to_exclude(self.record.failures, list(gone))) | ({node} if node else set())
+        swaps = self.placement.replace(bad)
+        count, where = len(self.record.failures), f" on {node}" if node else ""
+        if swaps is None:
+            say(f"slurmgen: failure {count} ({why}{where}): no spare node left; requeueing instead")
+            return self._finish(State.REQUEUED, 0) if self._requeue_without(*judged) else self._finish(State.FAILED, status)
+        self.record.excluded = sorted(set(self.record.excluded) | {old for old, _ in swaps})
+        said = "".join(f"; {old} ({gone.get(old, why)}) replaced by spare {new}" for old, new in swaps)
+        say(f"slurmgen: failure {count} of at most {self.spec.max_failures} ({why}{where}): restarting every"
+            f" component inside the allocation from the newest checkpoint{said}")
+        return self._relaunch()
+
+    def _relaunch(self) -> int:
+        """The components again, on the placement as it is now: a fresh run of the same allocation."""
+        self.record.open_run = self.nodes
+        self.run = Run()
+        self.files.outcome.unlink(missing_ok=True)
+        shutil.rmtree(self.files.beats, ignore_errors=True)
+        if self.beats_name:  # the old ranks' node-local beats must not be published as the new ones'
+            os.environ[contract.NODE_BEATS_ENV] = f"{self.beats_name}-{len(self.record.failures)}"
+        self._enter(State.TRAINING)
+        self.run.steps = self._start()
+        return self._watch()

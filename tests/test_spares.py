@@ -1,0 +1,116 @@
+"""Spare nodes without Slurm: where each part of a component runs (slurmgen.job.spares), and the
+runtime that restarts a failed run inside the allocation on a spare (slurmgen.job.replace), with the
+fake clock, Slurm and steps of tests/test_job_runtime.py. tests/e2e/test_spares.py kills a node of a
+real job."""
+import pytest
+
+from slurmgen.job.record import JobFiles, JobRecord
+from slurmgen.job.replace import SpareRuntime
+from slurmgen.job.spares import Part, Placement
+from slurmgen.job.states import Component, JobSpec
+from tests.test_job_runtime import Clock, Proc, Slurm, beats, exits, running
+
+LAYOUT = [(1, 2), (2, 2)]  # 1,1,2,2
+GROUPS = [["node1", "node2"], ["node3", "node4"], ["node5"]]
+
+
+def test_each_component_runs_on_its_own_nodes_until_one_is_replaced():
+    placement = Placement(LAYOUT, GROUPS)
+    assert placement.parts(0) == [Part(0, ("node1", "node2"), 0, 0)]
+    assert placement.parts(1) == [Part(1, ("node3", "node4"), 2, 2)]
+    assert placement.replace({"node3"}) == [("node3", "node5")]
+    # node4 takes node rank 2 (ranks 2,3), the spare node rank 3 (ranks 4,5), in its own het group
+    assert placement.parts(1) == [Part(1, ("node4",), 2, 2), Part(2, ("node5",), 3, 4)]
+    assert placement.parts(1)[1].args() == ["2", "1", "3", "4", "node5"]
+    assert placement.nodes() == ["node1", "node2", "node4", "node5"] and placement.free == []
+    assert placement.dump_groups() == [("0", 2, "node1,node2"), ("1", 1, "node4"), ("2", 1, "node5")]
+
+
+def test_a_spare_stands_in_for_a_node_of_any_component_and_runs_out():
+    placement = Placement(LAYOUT, [["node1", "node2"], ["node3", "node4"], ["node6", "node5"]])
+    assert placement.replace({"node2"}) == [("node2", "node6")]
+    assert placement.parts(0) == [Part(0, ("node1",), 0, 0), Part(2, ("node6",), 1, 1)]
+    assert placement.replace({"node4", "node5"}) is None  # node5 is bad too: no spare left for node4
+    assert placement.parts(1) == [Part(1, ("node3", "node4"), 2, 2)] and placement.free == []
+
+
+class Steps:
+    """Records each start with its arguments; probe_step answers per node (exit status, or None: no answer)."""
+
+    def __init__(self, clock, behaviours, probes):
+        self.clock, self.behaviours, self.probes = clock, behaviours, probes
+        self.started = []
+
+    def start(self, function, *args, stdout=None):
+        self.started.append((function, *args))
+        if function == "probe_step":
+            status = self.probes.get(args[1], 0)
+            return Proc(self.clock, lambda now: status)
+        return Proc(self.clock, self.behaviours[function].pop(0) if self.behaviours[function] else running)
+
+
+@pytest.fixture
+def spare_job(tmp_path):
+    files = JobFiles.of(tmp_path, "77")
+    files.folder.mkdir(parents=True)
+    clock = Clock()
+
+    def make(behaviours, probes=None, slurm=None, groups=GROUPS):
+        components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
+                      Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
+        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1)
+        steps = Steps(clock, behaviours, probes or {})
+        runtime = SpareRuntime(spec, steps, Placement(LAYOUT, groups), clock=clock, sleep=clock.sleep,
+                               slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g])
+        return runtime, steps
+    make.files, make.clock = files, clock
+    return make
+
+
+def test_a_lost_node_is_replaced_and_training_restarts_inside_the_allocation(spare_job, capsys):
+    files, slurm = spare_job.files, Slurm()
+
+    def fails_after_beats(now):  # the ranks beat, then node3 goes: component 1 fails
+        beats(files, 0, 1, 2)
+        return 1 if now >= 1005 else None
+    runtime, steps = spare_job({"component_0": [exits(1, 1006), exits(0, 1100)],
+                                "component_1": [fails_after_beats, exits(0, 1100), exits(0, 1100)]},
+                               probes={"node3": None}, slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: failure 1 of at most 2 (node on node3): restarting every component inside the allocation" \
+           " from the newest checkpoint; node3 (no step started in 10 s) replaced by spare node5" in out, out
+    launches = [s for s in steps.started if s[0] != "probe_step"]
+    assert launches == [("component_0", "0", "2", "0", "0", "node1,node2"), ("component_1", "1", "2", "2", "2", "node3,node4"),
+                        ("component_0", "0", "2", "0", "0", "node1,node2"), ("component_1", "1", "1", "2", "2", "node4"),
+                        ("component_1", "2", "1", "3", "4", "node5")]
+    assert {s[2] for s in steps.started if s[0] == "probe_step"} == {f"node{i}" for i in range(1, 6)}
+    saved = JobRecord.load(files.record)
+    assert slurm.requeued == [] and saved.state == "finished" and saved.excluded == ["node3"]
+    assert len(saved.runs) == 1 and [f.node for f in saved.failures] == ["node3"]
+
+
+def test_a_crash_blamed_on_a_node_takes_the_spare_at_once(spare_job, capsys):
+    slurm = Slurm(log="slurmgen: job 77\nsrun: error: node4: task 1: Exited with exit code 13\n")
+
+    def crash(now):
+        beats(spare_job.files, 0)
+        return 13 if now >= 1003 else None
+    runtime, _ = spare_job({"component_0": [running, exits(0, 1100)],
+                            "component_1": [crash, exits(0, 1100), exits(0, 1100)]}, slurm=slurm)
+    assert runtime.main() == 0
+    assert "(crash on node4): restarting every component inside the allocation from the newest checkpoint;" \
+           " node4 (crash) replaced by spare node5" in capsys.readouterr().out
+
+
+def test_with_no_spare_left_the_job_is_requeued_without_the_node(spare_job, capsys):
+    slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING", "node5": "DOWN"})
+
+    def fails(now):
+        beats(spare_job.files, 0)
+        return 1 if now >= 1003 else None
+    runtime, _ = spare_job({"component_0": [running], "component_1": [fails]}, slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr()
+    assert "failure 1 (node on node3): no spare node left; requeueing instead" in out.out
+    assert slurm.requeued == ["77"] and "node3" in slurm.excluded
