@@ -244,6 +244,8 @@ def fit_command(as_json, **params):
     except (SpecError, fit.FitError) as err:
         fail(str(err))
     click.echo(fit_text.as_json(result) if as_json else fit_text.table(result))
+    if spec.spares and not as_json:
+        click.echo(fit_text.spares_line(result, spec.spares, max(spec.gpus)))
     sys.exit(0 if result.ok else 1)
 
 

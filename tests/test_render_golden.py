@@ -23,6 +23,8 @@ CASES = {
                        "--env", "HF_HOME=/shared/hf cache", "--setup", "source /opt/venv/bin/activate",
                        "--", "--max_steps", "100", "--output_dir", "runs/it's here"],
     "srun_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun", "--module", "train.ddp_loop"],
+    "spares_srun_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun", "--module", "train.ddp_loop",
+                            "--spares", "1", "--nodelist", "node[1-4]"],
     "accelerate_2x4": ["--nodes", "2", "--gpus", "4", "--launcher", "accelerate", "--master-port", "29400"],
     # The options of real training scripts (issue 11) on a het job: per-component memory and
     # placement, job-wide ones on the first component only, and every pass-through.

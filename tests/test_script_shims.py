@@ -4,7 +4,6 @@ Unit level only: this checks the script's own arithmetic (node ranks, master add
 fail-fast, requeue on the warning signal). The end-to-end tests run the same scripts on Slurm.
 """
 import json
-import re
 import os
 import signal
 import subprocess
@@ -109,6 +108,34 @@ def test_srun_launcher_gives_every_task_torchruns_variables(render_args, tmp_pat
     assert rows == [("0", "0", "0", "6", "1"), ("1", "0", "1", "6", "1"), ("2", "0", "2", "6", "2"),
                     ("3", "1", "2", "6", "2"), ("4", "0", "3", "6", "2"), ("5", "1", "3", "6", "2")]
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in tasks} == {("node1", str(20000 + 1234 % 10000))}
+
+
+def test_with_spares_a_part_of_a_component_on_a_spare_keeps_its_ranks(render_args, tmp_path):
+    """--spares: the runtime places each part of a component itself (slurmgen.job.spares.Part); the
+    first run as without spares, then component 1 as node4 (node rank 2) and the spare node5 (3)."""
+    record = tmp_path / "record.py"
+    record.write_text("import json, os\n"
+                      "keys = ('RANK', 'LOCAL_RANK', 'GROUP_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'SHIM_HOST')\n"
+                      "with open(os.environ['SHIM_LOG'], 'a') as log:\n"
+                      "    log.write(json.dumps({'tool': 'task', 'env': {k: os.environ.get(k) for k in keys}}) + '\\n')\n")
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun", "--spares", "1",
+                       "--python", sys.executable, "--script", str(record))
+    env = shim_env(tmp_path, SLURM_JOB_NODELIST_HET_GROUP_2="node5", SHIM_HOSTS_2="node5")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+    def rows():
+        tasks = sorted((c["env"] for c in calls(tmp_path, "task")), key=lambda e: int(e["RANK"]))
+        (tmp_path / "calls.jsonl").write_text("")
+        return [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"], e["LOCAL_WORLD_SIZE"], e["SHIM_HOST"]) for e in tasks]
+    assert rows() == [("0", "0", "0", "1", "node1"), ("1", "0", "1", "1", "node2"), ("2", "0", "2", "2", "node3"),
+                      ("3", "1", "2", "2", "node3"), ("4", "0", "3", "2", "node4"), ("5", "1", "3", "2", "node4")]
+    launch = tmp_path / "logs" / ".slurmgen-1234" / "launch.sh"
+    for part in (["1", "1", "2", "2", "node4"], ["2", "1", "3", "4", "node5"]):
+        subprocess.run(["bash", "-c", 'source "$0" && "$@"', str(launch), "component_1", *part], env=env, check=True,
+                       timeout=60)
+    assert rows() == [("2", "0", "2", "2", "node4"), ("3", "1", "2", "2", "node4"),
+                      ("4", "0", "3", "2", "node5"), ("5", "1", "3", "2", "node5")]
 
 
 def test_failing_component_stops_the_others(render_args, tmp_path):

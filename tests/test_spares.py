@@ -2,13 +2,15 @@
 runtime that restarts a failed run inside the allocation on a spare (slurmgen.job.replace), with the
 fake clock, Slurm and steps of tests/test_job_runtime.py. tests/e2e/test_spares.py kills a node of a
 real job."""
+import json
+
 import pytest
 
 from slurmgen.job.record import JobFiles, JobRecord
 from slurmgen.job.replace import SpareRuntime
 from slurmgen.job.spares import Part, Placement
 from slurmgen.job.states import Component, JobSpec
-from tests.test_job_runtime import Clock, Proc, Slurm, beats, exits, running
+from tests.test_job_runtime import Clock, Proc, Slurm, beats, exits, report, running
 
 LAYOUT = [(1, 2), (2, 2)]  # 1,1,2,2
 GROUPS = [["node1", "node2"], ["node3", "node4"], ["node5"]]
@@ -37,12 +39,16 @@ def test_a_spare_stands_in_for_a_node_of_any_component_and_runs_out():
 class Steps:
     """Records each start with its arguments; probe_step answers per node (exit status, or None: no answer)."""
 
-    def __init__(self, clock, behaviours, probes):
-        self.clock, self.behaviours, self.probes = clock, behaviours, probes
+    def __init__(self, clock, behaviours, probes, reports=()):
+        self.clock, self.behaviours, self.probes, self.reports = clock, behaviours, probes, list(reports)
         self.started = []
 
     def start(self, function, *args, stdout=None):
         self.started.append((function, *args))
+        if function == "preflight_step":
+            stdout.write("".join("SLURMGEN_PREFLIGHT " + json.dumps(r) + "\n" for r in self.reports.pop(0)))
+            stdout.flush()
+            return Proc(self.clock, lambda now: 0)
         if function == "probe_step":
             status = self.probes.get(args[1], 0)
             return Proc(self.clock, lambda now: status)
@@ -55,11 +61,11 @@ def spare_job(tmp_path):
     files.folder.mkdir(parents=True)
     clock = Clock()
 
-    def make(behaviours, probes=None, slurm=None, groups=GROUPS):
+    def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=()):
         components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
                       Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
-        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1)
-        steps = Steps(clock, behaviours, probes or {})
+        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1, preflight=bool(reports))
+        steps = Steps(clock, behaviours, probes or {}, reports)
         runtime = SpareRuntime(spec, steps, Placement(LAYOUT, groups), clock=clock, sleep=clock.sleep,
                                slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g])
         return runtime, steps
@@ -114,3 +120,12 @@ def test_with_no_spare_left_the_job_is_requeued_without_the_node(spare_job, caps
     out = capsys.readouterr()
     assert "failure 1 (node on node3): no spare node left; requeueing instead" in out.out
     assert slurm.requeued == ["77"] and "node3" in slurm.excluded
+
+
+def test_preflight_looks_at_the_spares_too(spare_job, capsys):
+    runtime, steps = spare_job({"component_0": [exits(0, 1001)], "component_1": [exits(0, 1001)]},
+                               reports=[[report("node1"), report("node2")], [report("node3"), report("node4")],
+                                        [report("node5")]])
+    assert runtime.main() == 0
+    assert "slurmgen: preflight passed on 5 node(s)" in capsys.readouterr().out
+    assert [s[:2] for s in steps.started if s[0] == "preflight_step"] == [("preflight_step", str(i)) for i in range(3)]

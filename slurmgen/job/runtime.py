@@ -91,10 +91,11 @@ class Runtime:
         began = self.clock()
         self.files.preflight.write_text("")
         with open(self.files.preflight, "a") as log:  # appending, as each node's report must (O_APPEND)
-            procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(len(self.spec.components))]
+            groups = len(self.spec.components) + (1 if self.spec.spares else 0)  # the spares' group last
+            procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(groups)]
             for proc in procs:
                 proc.wait()
-        nodes = sum(c.nodes for c in self.spec.components)
+        nodes = sum(c.nodes for c in self.spec.components) + self.spec.spares
         found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes)
         for line in found.lines + [f"slurmgen: preflight of {nodes} node(s) took {self.clock() - began:.1f} s"]:
             say(line)

@@ -101,16 +101,16 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
     taken: set[str] = set()
     per_component: dict[int, list[str]] = {}
     # Largest GPU counts first, each on the smallest nodes that suffice, so small jobs leave room.
-    for comp in sorted(plan.components, key=lambda c: -c.gpus_per_node):
+    for comp in sorted(plan.groups, key=lambda c: (-c.gpus_per_node, c is plan.spare)):  # spares: no pins
         pinned = set(spec.nodelist[i] for i, g in enumerate(spec.gpus) if g == comp.gpus_per_node) \
-            if spec.nodelist else None
+            if spec.nodelist and comp is not plan.spare else None
         cpus = comp.tasks_per_node * comp.cpus_per_task
         mem = memory_mb(comp.mem) or (memory_mb(spec.mem_per_cpu) or 0) * cpus or None
         candidates = [n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
                       and (pinned is None or n.name in pinned)]
         short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]
         fits = sorted((n for n in candidates if not _short_of(n, cpus, mem)), key=lambda n: (n.gpus, n.name))
-        label = f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
+        label = f"{'spares' if comp is plan.spare else f'component {comp.index}'} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
         if len(fits) >= comp.nodes:
             chosen = fits[:comp.nodes]
             taken.update(n.name for n in chosen)
@@ -126,7 +126,8 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
     for index in sorted(per_component):
         verdict.lines += per_component[index]
     if verdict.ok:
-        verdict.lines.append(f"result: the layout can run (world size {plan.world_size})")
+        spares = f", and {plan.spare.nodes} spare node(s)" if plan.spare else ""
+        verdict.lines.append(f"result: the layout can run (world size {plan.world_size}{spares})")
     else:
         verdict.lines.append(f"result: the layout cannot run here; {_suggest(usable)}")
     return verdict

@@ -82,3 +82,9 @@ def verdict_line(fit: Fit) -> str:
     nearest = (f"; the nearest that fits: {fit.recommended.strategy}, with the training arguments"
                f" {_join(fit.recommended.arguments) or '(none)'}") if fit.recommended else "; nothing fits (slurmgen fit)"
     return f"cannot run: {fit.model_name} with {name} does not fit ({chosen.why}){nearest}"
+
+
+def spares_line(fit: Fit, spares: int, gpus: int) -> str:
+    """--spares: a spare holds the ranks of the node it replaces, so the figures hold for it too."""
+    return (f"spares: {spares} node(s) x {gpus} GPU(s), each holding the ranks of the node it replaces: the figures"
+            f" above hold for a spare whose GPUs have {min(fit.gpu_gib):g} GiB or more")
