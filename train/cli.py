@@ -54,6 +54,18 @@ RENAMED_ARGS = {
 TEXT_FIELD_MOVED = "use --text_column (dataset_text_field is an SFTConfig option of train.sft)"
 
 
+def boolean(value: str) -> bool:
+    """true or false, as the Hugging Face arguments take them (yes/no and 1/0 too)."""
+    import argparse
+
+    word = value.lower()
+    if word in ("true", "yes", "1"):
+        return True
+    if word in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
 def reject_old_args(argv: Iterable[str], renamed: Mapping[str, str], where: str = "") -> None:
     for token in argv:
         if not token.startswith("--"):

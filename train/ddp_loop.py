@@ -57,6 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dataloader_num_workers", type=int, default=0, help="data loader worker processes per rank")
     p.add_argument("--use_cpu", action="store_true", help="train on CPU even where CUDA is available")
     p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
+    p.add_argument("--ddp_find_unused_parameters", type=cli.boolean, default=False, metavar="true|false",
+                   help="DDP keeps its first gradient buckets (a resume with more than two ranks is then bit for bit)")
     cli.one_line_parser_errors(p)
     args = p.parse_args(argv)
     for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
@@ -168,7 +170,8 @@ def save(args, denv, model, tokenizer, optimizer, step: int, sharded: bool = Fal
 def exact_resume(args, denv, state: dict, device, per_epoch: int) -> None:
     """This rank's random state back from the checkpoint, and the job-log line on exactness."""
     saved = state.get("rng")
-    reasons = resume.common_reasons(state.get("world_size"), denv.world_size, args.logging_steps, device.type)
+    rebuilds = not args.fsdp and not args.ddp_find_unused_parameters
+    reasons = resume.common_reasons(state.get("world_size"), denv.world_size, args.logging_steps, device.type, rebuilds)
     for name in ("seed", "batch_size"):
         if state.get(name, getattr(args, name)) != getattr(args, name):
             reasons.append(f"--{name} {getattr(args, name)}, the checkpoint's run had {state[name]}")
@@ -215,7 +218,8 @@ def _main(argv: list[str]) -> dict | None:
         sharded = args.fsdp and denv.distributed
         if sharded:
             shard(model)
-        ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                       find_unused_parameters=args.ddp_find_unused_parameters)
                if denv.distributed and not sharded else model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
         step, state = 0, None

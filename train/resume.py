@@ -42,8 +42,10 @@ def verdict(denv: DistEnv, step: int, reasons: list[str], restored: str) -> str:
     return line
 
 
-def common_reasons(saved_world_size: int | None, world_size: int, logging_steps: int, device_type: str) -> list[str]:
-    """What breaks exactness in every entry point."""
+def common_reasons(saved_world_size: int | None, world_size: int, logging_steps: int, device_type: str,
+                   ddp_rebuilds: bool = False) -> list[str]:
+    """What breaks exactness in every entry point. ddp_rebuilds: DDP lays its gradient buckets out
+    again after a run's first step (find_unused_parameters off, the entry points' default)."""
     import torch
 
     reasons = []
@@ -53,6 +55,11 @@ def common_reasons(saved_world_size: int | None, world_size: int, logging_steps:
     if logging_steps > 1:
         reasons.append(f"--logging_steps {logging_steps}: the first logged loss after the resume averages fewer"
                        " steps (each step's own loss is unchanged)")
+    if ddp_rebuilds and world_size > 2:
+        reasons.append(f"DDP with {world_size} ranks: the first step after a resume sums the gradients in buckets laid out"
+                       " in parameter order, the uninterrupted run's in the order DDP saw them ready, so in another"
+                       " order (the last float bits of the losses may differ); --ddp_find_unused_parameters true keeps"
+                       " one layout and makes it exact")
     if device_type == "cuda" and not torch.are_deterministic_algorithms_enabled():
         reasons.append("on GPUs without deterministic algorithms (torch.use_deterministic_algorithms, or"
                        " --full_determinism with train.sft and train.classify) kernels may sum in another order")
@@ -66,7 +73,8 @@ def hf_reasons(args, checkpoint_dir: str, world_size: int) -> tuple[list[str], s
 
     files = glob.glob(os.path.join(checkpoint_dir, "rng_state*.pth"))
     saved = len(files) if files else None
-    reasons = common_reasons(saved, world_size, args.logging_steps, args.device.type)
+    rebuilds = not args.fsdp and not args.ddp_find_unused_parameters
+    reasons = common_reasons(saved, world_size, args.logging_steps, args.device.type, rebuilds)
     if not files:
         reasons.append("the checkpoint has no random state (rng_state*.pth)")
     if args.ignore_data_skip:
