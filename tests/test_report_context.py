@@ -171,6 +171,21 @@ def test_a_log_that_names_no_directory_belongs_to_the_one_run_reported(tmp_path)
     assert find_runs([str(run)], [str(tmp_path)])[0].context.job_ids == []
 
 
+def test_a_restart_on_a_spare_is_a_run_of_its_own_with_its_cause(tmp_path):
+    """--spares: the components start again inside the same job; the log line says why and which
+    node the spare replaced (slurmgen.job.replace)."""
+    from slurmgen.observe.report_logs import read_log
+
+    log = tmp_path / "slurmgen-77.out"
+    log.write_text(start_line(77) + "\nslurmgen-train: fresh start\n"
+                   "slurmgen: failure 1 of at most 2 (node on node3): restarting every component inside the allocation"
+                   " from the newest checkpoint; node3 (no step started) replaced by spare node5\n"
+                   "slurmgen-train: resuming from /runs/x/checkpoint-5 at step 5\nslurmgen: all components finished\n")
+    first, second = read_log(log).starts
+    assert (first.job, first.fresh, first.ended) == ("77", True, "node on node3, replaced: node3 by node5")
+    assert (second.job, second.resumed_step, second.cause, second.ended) == ("77", 5, first.ended, "finished")
+
+
 def test_a_missing_logs_path_is_one_line(sweep):
     runs_dir, logs = sweep
     with pytest.raises(ReportError) as err:

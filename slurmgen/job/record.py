@@ -60,7 +60,7 @@ class RunRecord:
     started: float  # seconds since the epoch, when the runtime began the run
     nodes: list[str] = field(default_factory=list)
     ended: float = 0.0  # when the runtime ended it; 0 while it runs, or when Slurm ended it
-    state: str = ""  # how it ended (runtime.State): finished, requeued, preempted or failed
+    state: str = ""  # how it ended (runtime.State): finished, requeued, preempted or failed; restarted (--spares)
 
 
 @dataclass

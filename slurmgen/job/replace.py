@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 from slurmgen import contract
 from slurmgen.job import retry
-from slurmgen.job.record import NODE
+from slurmgen.job.record import NODE, RunRecord
 from slurmgen.job.runtime import Runtime, say
 from slurmgen.job.spares import Placement
 from slurmgen.job.states import Run, State
@@ -101,6 +102,9 @@ class SpareRuntime(Runtime):
     def _relaunch(self) -> int:
         """The components again, on the placement as it is now: a fresh run of the same allocation."""
         self.record.open_run = self.nodes
+        if self.record.runs:  # one run per start of the components, as `slurmgen report` counts them
+            self.record.runs[-1].ended, self.record.runs[-1].state = time.time(), "restarted"
+        self.record.runs.append(RunRecord(time.time(), self.nodes))
         self.run = Run()
         self.files.outcome.unlink(missing_ok=True)
         shutil.rmtree(self.files.beats, ignore_errors=True)

@@ -7,6 +7,8 @@ Reads the lines the job runtime and the training entry points print (stable by c
   slurmgen: [checkpoint saved at step S; ]job J preempted: Slurm requeues it
   slurmgen: [checkpoint saved at step S; ]requeueing job J (restart K of at most M)
   slurmgen: failure K of at most M (WHY[ on NODE]): requeueing job J ...   (crash, hang, node, preflight)
+  slurmgen: failure K of at most M (WHY[ on NODE]): restarting every component inside the allocation
+            ...[; NODE (...) replaced by spare SPARE]   (--spares: a run of its own, in the same job)
   slurmgen: the last run of job J ended when NODE became STATE: failure ...   (printed by the next run)
   slurmgen: all components finished
   slurmgen: sweep run I: {...} -> DIR                                     (names the run's directory)
@@ -31,6 +33,8 @@ WARNING = "slurmgen: time limit or preemption warning"
 PREEMPTED = re.compile(r"slurmgen: (?:checkpoint saved at step (\d+); )?job \d+ preempted: Slurm requeues it")
 REQUEUED = re.compile(r"slurmgen: (?:checkpoint saved at step (\d+); )?requeueing job \d+ \(restart \d+")
 FAILURE = re.compile(r"slurmgen: failure \d+ of at most \d+ \((\w+)(?: on ([^)\s]+))?\): requeueing job")
+SPARED = re.compile(r"slurmgen: failure \d+ of at most \d+ \((\w+)(?: on ([^)\s]+))?\): restarting every component"
+                    r" inside the allocation[^;]*((?:; \S+ \([^)]*\) replaced by spare \S+)*)")
 LOST = re.compile(r"slurmgen: the last run of job \d+ ended when (\S+) became ([^:\s]+)")
 FINISHED = "slurmgen: all components finished"
 RESUMED = re.compile(r"slurmgen-train: resuming from (\S.*?) at step (\d+)\s*$")
@@ -95,6 +99,13 @@ def read_log(path: Path) -> Optional[JobLog]:
         m = START.search(line)
         if m:
             log.starts.append(Start(path, m[1], int(m[2]), int(m[3]), m[4], int(m[5])))
+            continue
+        spared = SPARED.search(line)
+        if spared and log.starts:  # the same allocation, a new run of the components
+            before = log.starts[-1]
+            spares = ", ".join(f"{old} by {new}" for old, new in re.findall(r"; (\S+) \([^)]*\) replaced by spare (\S+)", spared[3]))
+            before.ended = spared[1] + (f" on {spared[2]}" if spared[2] else "") + (f", replaced: {spares}" if spares else "")
+            log.starts.append(Start(path, before.job, before.restart, before.max_restarts, before.host, before.world_size))
             continue
         sweep = parse_sweep_line(line[line.find("slurmgen: sweep run "):]) if "slurmgen: sweep run " in line else None
         if sweep:

@@ -3,12 +3,15 @@ five nodes; node3 is killed outright mid-run (its slurmd, steps and ranks: `loca
 node-kill`), and the job goes on inside its allocation: node3 is found lost by a probe step (long
 before Slurm's SlurmdTimeout marks it down), replaced by node5, every component restarts from the
 newest checkpoint, and the job finishes without ever being requeued. bench/spares.py measures the
-same recovery against a requeue that waits behind another job.
+same recovery against a requeue that waits behind another job. A plain script of the user's
+(torch only, its own checkpoint file) gets the same under the srun launcher: its second launch has
+every rank once, the lost node's ranks on the spare.
 """
 from __future__ import annotations
 
 import json
 import re
+import textwrap
 import subprocess
 import time
 
@@ -69,3 +72,71 @@ def test_a_killed_node_is_replaced_by_the_spare_without_a_requeue(spare_node, as
     assert recovered < 90, log[-6000:]
     # Every step ran, and none after the restart ran twice except those after the checkpoint.
     assert sorted(set(progress_steps(tmp_path / "run"))) == list(range(1, steps + 1))
+
+
+# The user's own training: DDP over gloo, an optimizer step every 0.3 s (the rank hooks beat at
+# each), its own checkpoint (the step) every 5 steps; each launch writes where its ranks ran.
+PLAIN = textwrap.dedent("""
+    import json, os, sys, time
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    rank, world, out = dist.get_rank(), dist.get_world_size(), sys.argv[1]
+    place = {"rank": rank, "world": world, "node": os.environ["SLURMD_NODENAME"], "started": time.time(),
+             "local_rank": int(os.environ["LOCAL_RANK"]), "node_rank": int(os.environ["GROUP_RANK"])}
+    with open(os.path.join(out, f"rank{rank}-{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}.json"), "w") as f:
+        json.dump(place, f)
+    ckpt = os.path.join(out, "step.txt")
+    step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    while step < 40:
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        step += 1
+        if rank == 0 and step % 5 == 0:
+            with open(ckpt + ".tmp", "w") as f:
+                f.write(str(step))
+            os.replace(ckpt + ".tmp", ckpt)
+        time.sleep(0.3)
+    dist.destroy_process_group()
+""")
+
+
+def launches(out, killed: float) -> tuple[list[dict], list[dict]]:
+    """Where the ranks ran before the kill and after it, by rank (each part of a het job numbers
+    its steps in its own component's job id, so the time tells the launches apart)."""
+    ranks = sorted((json.loads(p.read_text()) for p in out.glob("rank*.json")), key=lambda r: r["rank"])
+    return [r for r in ranks if r["started"] < killed], [r for r in ranks if r["started"] > killed]
+
+
+def test_a_plain_script_restarts_on_the_spare_with_every_rank_in_place(spare_node, tmp_path):
+    script, out = tmp_path / "plain.py", tmp_path / "out"
+    script.write_text(PLAIN)
+    out.mkdir()
+    job_id = render_and_submit(tmp_path, [*UNEVEN[:4], "--launcher", "srun", "--script", str(script), "--spares", "1"],
+                               [str(out)], wait=False)
+    deadline = time.monotonic() + 300
+    while not (out / "step.txt").exists():  # its first checkpoint
+        assert time.monotonic() < deadline, job_log(tmp_path, job_id)[-4000:]
+        time.sleep(0.3)
+    _, comp1, spares = (expand_hostlist(c["NodeList"]) for c in slurm_helpers.job_info(job_id)["components"])
+    victim, spare = comp1[0], spares[0]
+    try:
+        killed = kill_node(victim)
+        job = JobRun(job_id, slurm_helpers.wait_job(job_id, timeout=600), tmp_path)
+    finally:
+        restore_node(victim)
+    log = job_log(tmp_path, job_id)
+    assert job.state == "COMPLETED" and f"replaced by spare {spare}" in log, log[-6000:]
+    first, last = launches(out, killed)
+    assert [r["rank"] for r in first] == list(range(6)), first
+    assert [r["rank"] for r in last] == list(range(6)) and {r["world"] for r in last} == {6}, last
+    # Every rank keeps its node rank and local rank; component 1's nodes that are left come first,
+    # so the spare holds its last node rank (ranks 4 and 5)
+    assert [(r["node_rank"], r["local_rank"]) for r in last] == [(r["node_rank"], r["local_rank"]) for r in first]
+    assert {r["node"] for r in first} - {r["node"] for r in last} == {victim}, (first, last)
+    assert [r["node"] for r in last if r["node_rank"] == 3] == [spare, spare], last
+    assert "requeue" not in log.lower(), log[-6000:]
