@@ -176,6 +176,27 @@ def test_preflight_checks_the_interface_names_on_each_node():
         assert found["nccl"] == nccl_version  # NCCL's own version, whatever the interfaces are
 
 
+def test_the_node_report_says_every_version_as_importlib_metadata_does():
+    """It reads the versions from the metadata folders' names, once (node_report.installed); for
+    every distribution installed here that is what importlib.metadata says."""
+    import importlib.metadata
+    import runpy
+    import sys
+
+    from slurmgen.job import runtime
+
+    argv, sys.argv = sys.argv, ["node_report", "module", "json", "", "0"]
+    try:
+        found = runpy.run_path(str(runtime.RUNTIME.parent / "node_report.py"))["INSTALLED"]
+    finally:
+        sys.argv = argv
+    names = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    assert len(names) > 50  # torch, transformers and what they need
+    for name in names:
+        key = name.replace("_", "-").replace(".", "-").lower()
+        assert found.get(key) in (importlib.metadata.version(name), ""), name
+
+
 def _version(name):
     import importlib.metadata
 

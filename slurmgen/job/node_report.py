@@ -6,13 +6,37 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 import sys
 
 
+def installed():
+    """Distribution name -> version, from the metadata folders' names on sys.path (name-VERSION.dist-info):
+    one listing per folder, where importlib.metadata.version lists them all again for each name (4 ms
+    against 45 for the seven names here: on a 2-core machine running 128 nodes' reports, it adds up)."""
+    found = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                dist, _, ver = name.rsplit(".", 1)[0].partition("-")
+                found.setdefault(re.sub(r"[-_.]+", "-", dist).lower(), ver)
+    return found
+
+
+INSTALLED = installed()
+
+
 def version(name):
+    """As importlib.metadata would say, which is asked where a folder's name carries no version."""
+    if INSTALLED.get(name, "?"):
+        return INSTALLED.get(name, "missing")
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
