@@ -7,7 +7,8 @@ its verdict, the components started and watched, fail-fast, the hang watch, the 
 and the end: finished, requeued (a restart, or a retry after a failure, without the nodes to
 blame), left to Slurm's preemption, or failed. What it must remember across runs is one
 JobRecord (record.py). Slurm, the processes, the clock and the hang watch come in from outside,
-so the whole state machine runs in unit tests without them.
+so the whole state machine runs in unit tests without them. With --spares, replace.SpareRuntime
+restarts a failed run inside the allocation instead of requeueing it.
 """
 
 from __future__ import annotations
@@ -203,7 +204,8 @@ class Runtime:
         spec, record = self.spec, self.record
         record.open_run = []  # this run ends here, by the runtime's own hand
         info = self.slurm.job_info(spec.job)
-        gone = {**self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes))), **(lost or {})}  # 25.11 may drop a failed node
+        # 25.11 may drop a failed node from the job's NodeList; lost: nodes the caller found gone itself
+        gone = {**self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes))), **(lost or {})}
         log = self.slurm.read_log(info.log) if why == CRASH else ""
         if gone:
             why, node = NODE, sorted(gone)[0]

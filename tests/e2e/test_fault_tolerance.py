@@ -255,7 +255,7 @@ TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its loss
 def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_path):
     """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the
     script requeues the job, the next run resumes at that step and finishes every step; every
-    loss and weight is the uninterrupted run's (sft_reference's), to float32 rounding."""
+    loss and weight is the uninterrupted run's (sft_reference's), bit for bit."""
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
                                sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
