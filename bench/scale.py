@@ -12,7 +12,10 @@ that beats through slurmgen's heartbeat and stops at the stop file. One table:
   ops/step   file operations (created or renamed entries) per step in the shared heartbeat folder,
              over 10 s of training, and the same per node
 
-    python bench/scale.py [--nodes 4,16,64,128] [--hang-timeout 30]
+    python bench/scale.py [--nodes 4,16,64,128] [--hang-timeout 30] [--launcher srun|torchrun]
+
+--launcher torchrun (the rows at 16 and 32 nodes): a torchrun agent per node starts the same rank
+program; each agent imports torch (about 250 MB), which is what bounds the node count here.
 
 Needs root (it restarts tests/localcluster.sh at each size, and brings back the layout that was
 up, else leaves it down). tests/e2e/test_scale.py runs the 16-node line in the suite.
@@ -67,6 +70,9 @@ def cluster_up(nodes: int) -> None:
         raise SystemExit(f"localcluster up with {nodes} nodes failed:\n{up.stdout}{up.stderr}")
 
 
+LAUNCHER = {"launcher": "srun"}  # --launcher
+
+
 def submit(work: Path, nodes: int, hang_timeout: int, *extra: str) -> tuple[str, Path]:
     """Render and submit the probe job; returns its id and the folder where ranks leave marks."""
     marks = Path(tempfile.mkdtemp(prefix="marks-", dir=work))
@@ -75,8 +81,9 @@ def submit(work: Path, nodes: int, hang_timeout: int, *extra: str) -> tuple[str,
     script = marks / "job.sh"
     layout = ",".join("2" if i % 2 == 0 else "1" for i in range(nodes))
     subprocess.run([str(BIN / "slurmgen"), "render", "-o", str(script), "--nodes", str(nodes), "--gpus", layout,
-                    "--launcher", "srun", "--script", str(probe), "--log-dir", str(marks / "logs"),
-                    "--cpus-per-gpu", "1", "--mem-per-gpu", "200M", "--hang-timeout", str(hang_timeout),
+                    "--launcher", LAUNCHER["launcher"], "--script", str(probe), "--log-dir", str(marks / "logs"),
+                    "--cpus-per-gpu", "1", "--mem-per-gpu", "200M" if LAUNCHER["launcher"] == "srun" else "1G",
+                    "--hang-timeout", str(hang_timeout),
                     "--max-failures", "0", "--setup", f"source {BIN / 'activate'}", *extra, "--", str(marks)],
                    check=True, capture_output=True, text=True, cwd=work)
     return slurm_helpers.submit(script, cwd=work), marks
@@ -202,7 +209,7 @@ HEADER = ("nodes", "ranks", "start s", "preflight s", "fail s", "hang s", "repor
 
 
 def line(row: dict) -> str:
-    cells = (row["nodes"], row["ranks"], f"{row['start']:.1f}", row["preflight"], f"{row['fail']:.1f}",
+    cells = (row["nodes"] if LAUNCHER["launcher"] == "srun" else f"{row['nodes']} (torchrun)", row["ranks"], f"{row['start']:.1f}", row["preflight"], f"{row['fail']:.1f}",
              f"{row['hang']:.1f}", f"{row['report'] / 1024:.1f}", f"{row['peak_mb']:.0f}", f"{row['cpu_s']:.1f}",
              f"{row['ops_per_step']:.1f}", f"{row['ops_per_step'] / row['nodes']:.2f}")
     return "| " + " | ".join(map(str, cells)) + " |"
@@ -212,7 +219,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="4,16,64,128")
     parser.add_argument("--hang-timeout", type=int, default=30)
+    parser.add_argument("--launcher", choices=("srun", "torchrun"), default="srun")
     args = parser.parse_args()
+    LAUNCHER["launcher"] = args.launcher
     layout = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster")) / "layout"
     before = dict(l.split("=", 1) for l in layout.read_text().splitlines() if "=" in l) \
         if slurm_helpers.cluster_available()[0] else None
