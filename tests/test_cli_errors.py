@@ -43,6 +43,10 @@ CASES = [
      "--hang-timeout -1: must be 0 (off) or fewer seconds than --collective-timeout 600, which would end a hang first"),
     (["--max-failures", "-1"], "--max-failures -1: must be zero or more"),
     (["--save-timeout", "0"], "--save-timeout 0: must be a positive number of seconds"),
+    # Spares (issue 31).
+    (["--spares", "-1"], "--spares -1: must be zero or more"),
+    (["--nodes", "2", "--gpus", "2", "--gpu-type", "a100,h100", "--spares", "1"],
+     "--spares 1: a spare stands in for any node, so the nodes must share one --gpu-type"),
     # Containers (issue 24).
     (["--container", "docker:img"], "--container 'docker:img': give RUNTIME:IMAGE with RUNTIME one of apptainer,"
                                     " singularity, pyxis, e.g. apptainer:/images/train.sif"),

@@ -129,3 +129,13 @@ def test_preflight_looks_at_the_spares_too(spare_job, capsys):
     assert runtime.main() == 0
     assert "slurmgen: preflight passed on 5 node(s)" in capsys.readouterr().out
     assert [s[:2] for s in steps.started if s[0] == "preflight_step"] == [("preflight_step", str(i)) for i in range(3)]
+
+
+def test_the_submit_path_refuses_spares_in_one_line():
+    from slurmgen.plan.spec import JobSpec as Request
+    from slurmgen.plan.words import SpecError
+    from slurmgen.submit import parameters
+
+    with pytest.raises(SpecError, match=r"^--spares 1: python -m slurmgen.submit keeps no spare nodes \(its retries"
+                                        r" submit again\); use slurmgen render$"):
+        parameters.check_submittable(Request(gpus=(1,), spares=1))
