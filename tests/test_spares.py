@@ -139,3 +139,31 @@ def test_the_submit_path_refuses_spares_in_one_line():
     with pytest.raises(SpecError, match=r"^--spares 1: python -m slurmgen.submit keeps no spare nodes \(its retries"
                                         r" submit again\); use slurmgen render$"):
         parameters.check_submittable(Request(gpus=(1,), spares=1))
+
+
+def test_after_a_replacement_a_time_limit_warning_requeues_without_the_replaced_node(spare_job, capsys):
+    """The replaced node is down for good: the warning that comes later is the time limit's, and the
+    requeued job leaves the node out."""
+    files, slurm = spare_job.files, Slurm(bad={})
+
+    def lost(now):  # node3 goes at 1005; from then on Slurm says so
+        beats(files, 0, 1, 2)
+        if now >= 1005:
+            slurm.bad = {"node3": "DOWN+NOT_RESPONDING"}
+            return 1
+        return None
+
+    def warned(now):  # the time-limit warning at 1100: rank 0 checkpoints and the ranks stop
+        if now >= 1100 and not files.stop.exists():
+            files.stop.write_text("")
+        if now >= 1110:
+            files.outcome.write_text("stopped 40")
+            return 0
+        return None
+    runtime, _ = spare_job({"component_0": [exits(1, 1006), warned], "component_1": [lost, warned, warned]},
+                           probes={"node3": 1}, slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "replaced by spare node5" in out and "requeueing job 77 (restart 1 of at most 3)" in out, out
+    assert slurm.requeued == ["77"] and slurm.excluded == ["node3"]
+    assert [f.node for f in JobRecord.load(files.record).failures] == ["node3"]  # the warning is no failure

@@ -93,7 +93,9 @@ class SpareRuntime(Runtime):
         if swaps is None:
             say(f"slurmgen: failure {count} ({why}{where}): no spare node left; requeueing instead")
             return self._finish(State.REQUEUED, 0) if self._requeue_without(*judged) else self._finish(State.FAILED, status)
-        self.record.excluded = sorted(set(self.record.excluded) | {old for old, _ in swaps})
+        replaced = {old for old, _ in swaps}
+        self.record.excluded = sorted(set(self.record.excluded) | replaced)
+        self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
         said = "".join(f"; {old} ({gone.get(old, why)}) replaced by spare {new}" for old, new in swaps)
         say(f"slurmgen: failure {count} of at most {self.spec.max_failures} ({why}{where}): restarting every"
             f" component inside the allocation from the newest checkpoint{said}")

@@ -171,7 +171,8 @@ class Runtime:
         if status and how != contract.STOPPED:
             say("slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing", err=True)
             return self._finish(State.FAILED, status)
-        if self.slurm.job_info(self.spec.job).preempted:
+        info = self.slurm.job_info(self.spec.job)
+        if info.preempted:
             say(f"slurmgen: {saved}job {self.spec.job} preempted: Slurm requeues it")
             self._finish(State.PREEMPTED, 0)
             self.sleep(PREEMPTED_WAIT)
@@ -186,6 +187,8 @@ class Runtime:
         if not self.slurm.requeue(self.spec.job):
             say("slurmgen: scontrol requeue failed", err=True)
             return self._finish(State.FAILED, 1)
+        if self.record.excluded:  # nodes this job left out so far (a spare replaced them) stay out
+            self.slurm.exclude(self.spec.job, sorted(set(info.user_excluded) | set(self.record.excluded)))
         self.record.restarts += 1
         return self._finish(State.REQUEUED, 0)
 
