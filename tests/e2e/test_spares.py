@@ -3,14 +3,18 @@ five nodes; node3 is killed outright mid-run (its slurmd, steps and ranks: `loca
 node-kill`), and the job goes on inside its allocation: node3 is found lost by a probe step (long
 before Slurm's SlurmdTimeout marks it down), replaced by node5, every component restarts from the
 newest checkpoint, and the job finishes without ever being requeued. bench/spares.py measures the
-same recovery against a requeue that waits behind another job. A plain script of the user's
+same recovery against a requeue that waits behind another job. A rank stopped (SIGSTOP) is named by
+the hang watch, whose stacks come from each part of the components (their nodes by name), and its
+node is replaced by the spare at once. A plain script of the user's
 (torch only, its own checkpoint file) gets the same under the srun launcher: its second launch has
 every rank once, the lost node's ranks on the spare.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import textwrap
 import subprocess
 import time
@@ -19,7 +23,7 @@ from hostlist import expand_hostlist
 from tests import slurm_helpers
 from tests.e2e.conftest import CLUSTER, JobRun, render_and_submit
 from tests.e2e.test_fault_tolerance import ddp_args, job_log, progress_steps, wait_progress
-from tests.e2e.test_hangs import UNEVEN, finished_every_step
+from tests.e2e.test_hangs import HANG_TIMEOUT, UNEVEN, beat_of, finished_every_step, reports
 
 
 def kill_node(name: str) -> float:
@@ -139,4 +143,24 @@ def test_a_plain_script_restarts_on_the_spare_with_every_rank_in_place(spare_nod
     assert [(r["node_rank"], r["local_rank"]) for r in last] == [(r["node_rank"], r["local_rank"]) for r in first]
     assert {r["node"] for r in first} - {r["node"] for r in last} == {victim}, (first, last)
     assert [r["node"] for r in last if r["node_rank"] == 3] == [spare, spare], last
+    assert "requeue" not in log.lower(), log[-6000:]
+
+
+def test_a_hung_ranks_node_is_replaced_by_the_spare(spare_node, assets, tmp_path):
+    steps = 30
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--hang-timeout", str(HANG_TIMEOUT),
+                                          "--collective-timeout", "900", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.3"],
+                               ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
+    wait_progress(job_id, tmp_path / "run", 7)
+    _, _, pid = beat_of(tmp_path, job_id, 3)
+    _, comp1, spares = (expand_hostlist(c["NodeList"]) for c in slurm_helpers.job_info(job_id)["components"])
+    node = comp1[0]  # rank 3's: component 1 holds ranks 2-5, two per node
+    os.kill(pid, signal.SIGSTOP)
+    job = JobRun(job_id, slurm_helpers.wait_job(job_id, timeout=600), tmp_path)
+    log = job_log(tmp_path, job_id)
+    [report] = reports(tmp_path, job_id)
+    assert f"rank 3 on {node}" in report and "suspect node: " + node in report, report[:3000]
+    assert re.search(rf"slurmgen: failure 1 of at most 2 \(hang on {node}\): restarting every component inside the"
+                     rf" allocation from the newest checkpoint; {node} \(hang\) replaced by spare {spares[0]}", log), log[-6000:]
+    finished_every_step(tmp_path, job, steps)
     assert "requeue" not in log.lower(), log[-6000:]
