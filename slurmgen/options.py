@@ -89,7 +89,7 @@ JOB_OPTIONS = [
     (("--max-failures",), dict(type=int, default=2, show_default=True,
                                help="How often a job that hung or crashed is retried from its newest checkpoint; a node blamed twice (or marked down) is excluded.")),
     (("--spares",), dict(type=int, default=0, show_default=True, metavar="N",
-                         help="Idle nodes kept in the allocation: one replaces a node that is lost or blamed, and the job resumes from its newest checkpoint without leaving the queue (rendered scripts).")),
+                         help="Idle nodes kept in the allocation: one replaces a node that is lost or blamed, and training resumes from the newest checkpoint without a requeue (rendered scripts).")),
     (("--rank-hooks/--no-rank-hooks",), dict(default=True, show_default=True,
                                              help="Your own --script or --module gets what the train.* entry points have: a beat at every optimizer step (hang watch, retries), stacks on a hang; a Hugging Face Trainer also progress.jsonl and a checkpoint at the time-limit warning.")),
     (("--resume",), dict(type=click.Choice(["auto", "off"]), default="off", show_default=True,
