@@ -73,7 +73,7 @@ def test_a_killed_node_is_replaced_by_the_spare_without_a_requeue(spare_node, as
     assert "requeue" not in log.lower(), log[-6000:]
     assert [c["Restarts"] for c in job.info["Components"]] == ["0"] * 3, job.info
     assert re.search(r"resuming from \S+checkpoint-\d+ at step [1-9]\d*", log), log[-6000:]
-    assert recovered < 90, log[-6000:]
+    assert recovered < 120, f"{recovered:.0f} s from the kill to the next step (bench/spares.py measures it: about 50 s)"
     # Every step ran, and none after the restart ran twice except those after the checkpoint.
     assert sorted(set(progress_steps(tmp_path / "run"))) == list(range(1, steps + 1))
 
