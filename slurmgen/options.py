@@ -12,6 +12,7 @@ import cloup
 from slurmgen.plan import sweep
 from slurmgen.site import auto_request
 from slurmgen.plan.spec import CONTAINER_RUNTIMES, DEFAULT_MODULE, LAUNCHERS, JobSpec
+from slurmgen.plan.slow_nodes import STRAGGLER_ACTIONS, SlowNodes
 from slurmgen.plan.words import SpecError, parse_env, parse_gpus, parse_port_range
 
 # (param decls, click keyword arguments); the order here is the order in --help.
@@ -96,6 +97,18 @@ JOB_OPTIONS = [
                          help="auto: a Trainer in your own script resumes from the newest complete checkpoint in its output_dir, as if it passed resume_from_checkpoint.")),
     (("--preflight/--no-preflight",), dict(default=True, show_default=True,
                                            help="Compare every node's software before training.")),
+    (("--net-check/--no-net-check",), dict(default=True, show_default=True,
+                                           help="Time every node's links before training (multi-node jobs); a slow node is left out and the job requeued (or a spare takes its place).")),
+    (("--net-check-ratio",), dict(type=float, default=0.5, show_default=True, metavar="RATIO",
+                                  help="A node below this share of the median node's bandwidth is slow.")),
+    (("--net-min-gbps",), dict(type=float, default=0.0, show_default=True, metavar="GBPS",
+                               help="A node below this many GB/s is slow whatever the others do (0: no floor; a profile's to set).")),
+    (("--straggler-ratio",), dict(type=float, default=2.0, show_default=True, metavar="RATIO",
+                                  help="A rank whose compute time per step is this many times the median rank's is named a straggler (0: off).")),
+    (("--straggler-window",), dict(type=int, default=50, show_default=True, metavar="STEPS",
+                                   help="Steps a rank's compute time is averaged over.")),
+    (("--straggler-action",), dict(type=click.Choice(list(STRAGGLER_ACTIONS)), default="warn", show_default=True,
+                                   help="warn: name it in the job log and `slurmgen watch`; exclude: also checkpoint and go on without its node (a spare, or a requeue).")),
     (("--nccl-debug",), dict(default=None, metavar="LEVEL", help="NCCL_DEBUG for every rank (WARN, INFO, ...).")),
     (("--nccl-socket-ifname",), dict(default=None, metavar="IFACES",
                                      help="Network interfaces for NCCL and gloo in NCCL's terms: ib (prefixes; gloo gets the node's matching interface), =ib0 (exact), ^docker,lo (avoid; NCCL only).")),
@@ -154,6 +167,8 @@ SECTIONS = [
                 "offline", "rank_hooks", "launcher_arg", "srun_arg"]),
     ("Fault tolerance", ["grace", "max_restarts", "max_failures", "spares", "hang_timeout", "save_timeout", "resume",
                          "preflight", "rdzv_timeout", "collective_timeout"]),
+    ("Slow nodes", ["net_check", "net_check_ratio", "net_min_gbps", "straggler_ratio", "straggler_window",
+                    "straggler_action"]),
     ("Sweeps and dependencies", ["sweep", "sweep_mode", "max_parallel", "after"]),
     ("Site and containers", ["container", "container_image", "container_mounts", "slurm_version", "sbatch"]),
     ("Output", ["job_name", "log_dir", "log_name", "error_log", "mail_type", "mail_user"]),
@@ -278,6 +293,7 @@ def spec_from_options(params: dict) -> JobSpec:
         max_failures=params["max_failures"],
         spares=params["spares"],
         preflight=params["preflight"],
+        slow_nodes=SlowNodes(**{name: params[name] for name in SlowNodes.__dataclass_fields__}),
         rank_hooks=params["rank_hooks"],
         resume=params["resume"],
         nccl_debug=params["nccl_debug"],

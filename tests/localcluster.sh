@@ -11,6 +11,10 @@
 #   tests/localcluster.sh status                  # exit 0 up and healthy, 3 down, 1 broken
 #   tests/localcluster.sh node-kill nodeN         # SIGKILL everything of nodeN (slurmd, steps, ranks)
 #   tests/localcluster.sh node-restart nodeN      # start nodeN's slurmd again (after a test killed it)
+#   tests/localcluster.sh node-slow nodeN link RATE  # nodeN's link both ways at RATE (tc tbf: 200mbit)
+#   tests/localcluster.sh node-slow nodeN cpu PERCENT # nodeN's processes, and all they start, at PERCENT
+#                                                    # of one CPU (a cpu cgroup's CFS quota)
+#   tests/localcluster.sh node-heal nodeN         # undo node-slow
 #   tests/localcluster.sh down                    # stop what `up` started, remove what it made
 #
 # Each node nodeN runs its own slurmd in its own network namespace (address on a private bridge)
@@ -1011,6 +1015,9 @@ cmd_down() {
         remove_cgroups
         say "removed the nodes' cgroups"
     fi
+    for f in "$CPU_CGROUP/$PREFIX"-node*; do  # node-slow cpu's
+        release_cpu_cgroup "$f"
+    done
 
     if [[ -n $(our_netns) || -n $(our_links) ]]; then
         teardown_net
@@ -1124,6 +1131,56 @@ cmd_node_kill() {
     say "$name: killed $(wc -w <<<"$pids") process(es)"
 }
 
+# cpu cgroup v1 of a slowed node (node-slow cpu); not one Slurm knows, so its steps inherit it
+CPU_CGROUP=$CGROUP_ROOT/cpu
+
+cmd_node_slow() {
+    # node-slow nodeN link RATE | cpu PERCENT: a degraded node, for the network check and the
+    # straggler watch (netem, for delays, is not in every kernel; tbf and CFS bandwidth are)
+    local name=${1:-} what=${2:-} value=${3:-} i pid
+    [[ $name =~ ^node([0-9]+)$ ]] || die "node-slow wants a node name like node3 (got '$name')"
+    i=${BASH_REMATCH[1]}
+    need_root
+    load_layout || die "not up"
+    [[ $MODE == netns ]] || die "node-slow needs the nodes' network namespaces"
+    case $what in
+        link)
+            [[ $value =~ ^[0-9]+[kmg]?bit$ ]] || die "node-slow $name link wants a rate like 200mbit (got '$value')"
+            tc qdisc replace dev "${PREFIX}v$i" root tbf rate "$value" burst 64kb latency 500ms
+            ip netns exec "$PREFIX-$name" tc qdisc replace dev eth0 root tbf rate "$value" burst 64kb latency 500ms
+            say "$name: link at $value both ways" ;;
+        cpu)
+            [[ $value =~ ^[0-9]+$ ]] && (( value >= 1 )) || die "node-slow $name cpu wants a percentage of one CPU (got '$value')"
+            mkdir -p "$CPU_CGROUP/$PREFIX-$name"
+            echo 100000 >"$CPU_CGROUP/$PREFIX-$name/cpu.cfs_period_us"
+            echo $((value * 1000)) >"$CPU_CGROUP/$PREFIX-$name/cpu.cfs_quota_us"
+            for pid in $(ip netns pids "$PREFIX-$name"); do
+                echo "$pid" >"$CPU_CGROUP/$PREFIX-$name/cgroup.procs" 2>/dev/null || true
+            done
+            say "$name: its processes at $value% of one CPU" ;;
+        *) die "node-slow $name wants link RATE or cpu PERCENT (got '$what')" ;;
+    esac
+}
+
+cmd_node_heal() {
+    local name=${1:-} i
+    [[ $name =~ ^node([0-9]+)$ ]] || die "node-heal wants a node name like node3 (got '$name')"
+    i=${BASH_REMATCH[1]}
+    need_root
+    load_layout || die "not up"
+    tc qdisc del dev "${PREFIX}v$i" root 2>/dev/null || true
+    ip netns exec "$PREFIX-$name" tc qdisc del dev eth0 root 2>/dev/null || true
+    release_cpu_cgroup "$CPU_CGROUP/$PREFIX-$name"
+    say "$name: healed"
+}
+
+release_cpu_cgroup() {  # DIR: its processes back to the root cpu cgroup, and the cgroup removed
+    local pid
+    [[ -d $1 ]] || return 0
+    while read -r pid; do echo "$pid" >"$CPU_CGROUP/cgroup.procs" 2>/dev/null || true; done <"$1/cgroup.procs"
+    rmdir "$1" 2>/dev/null || err "could not remove $1"
+}
+
 descendants() {  # PID: it and every process below it
     local child
     echo "$1"
@@ -1141,6 +1198,8 @@ main() {
         status) cmd_status "$@" ;;
         node-restart) lock; cmd_node_restart "$@" ;;
         node-kill) lock; cmd_node_kill "$@" ;;
+        node-slow) lock; cmd_node_slow "$@" ;;
+        node-heal) lock; cmd_node_heal "$@" ;;
         -h | --help | help) usage ;;
         *) usage >&2; exit 2 ;;
     esac

@@ -45,6 +45,12 @@ CASES = [
     (["--save-timeout", "0"], "--save-timeout 0: must be a positive number of seconds"),
     # Spares (issue 31).
     (["--spares", "-1"], "--spares -1: must be zero or more"),
+    (["--net-check-ratio", "1.5"], "--net-check-ratio 1.5: must be between 0 and 1 (a node below this share of the"
+                                   " median bandwidth is slow)"),
+    (["--net-min-gbps", "-2"], "--net-min-gbps -2: must be zero (no floor) or more"),
+    (["--straggler-ratio", "1"], "--straggler-ratio 1: must be 0 (off) or more than 1 (times the median compute time)"),
+    (["--straggler-ratio", "-1"], "--straggler-ratio -1: must be 0 (off) or more than 1 (times the median compute time)"),
+    (["--straggler-window", "2"], "--straggler-window 2: must be 5 steps or more"),
     (["--nodes", "2", "--gpus", "2", "--gpu-type", "a100,h100", "--spares", "1"],
      "--spares 1: a spare stands in for any node, so the nodes must share one --gpu-type"),
     # Containers (issue 24).

@@ -52,7 +52,7 @@ def test_an_interface_prefix_resolves_on_the_node_or_stops_the_job(render_args, 
                       " ('GLOO_SOCKET_IFNAME', 'MASTER_ADDR')}}) + '\\n')\n")
     for prefix, status in ((name[:1], 0), ("zzq", 1)):
         script = tmp_path / f"job-{prefix}.sh"
-        result = render_args("render", "-o", str(script), "--log-dir", str(tmp_path / "logs"), "--no-preflight",
+        result = render_args("render", "-o", str(script), "--log-dir", str(tmp_path / "logs"), "--no-preflight", "--no-net-check",
                              "--nodes", "2", "--gpus", "1", "--launcher", "srun", "--python", sys.executable,
                              "--script", str(record), "--nccl-socket-ifname", prefix)
         assert result.exit_code == 0, result.output

@@ -19,7 +19,7 @@ def render_to(render_args, tmp_path, *args):
     out = tmp_path / "job.sh"
     python = [] if "--python" in args else ["--python", str(SHIMS / "python")]
     result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"),
-                         "--no-preflight", *python, *args)
+                         "--no-preflight", "--no-net-check", *python, *args)
     assert result.exit_code == 0, result.output
     return out
 
@@ -345,7 +345,7 @@ def test_preflight_lets_components_share_a_node(render_args, tmp_path):
     # and the job trains (tests/e2e/test_guard_rails.py: the real thing).
     out = tmp_path / "job.sh"
     result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"),
-                         "--nodes", "4", "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"))
+                         "--nodes", "4", "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"), "--no-net-check")
     assert result.exit_code == 0, result.output
     env = shim_env(tmp_path, SHIM_HOSTS_1="node1,node2", SHIM_GPUS_0="0", SHIM_GPUS_1="1,2")
     proc = subprocess.run(["bash", str(out)], env=env, capture_output=True, text=True, timeout=60)
@@ -362,7 +362,7 @@ def test_a_warning_during_preflight_waits_for_every_preflight_step(render_args, 
     # starts, stops at once with a checkpoint, and the job is requeued.
     out = tmp_path / "job.sh"
     result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"), "--nodes", "4",
-                         "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"), "--module", "json")
+                         "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"), "--module", "json", "--no-net-check")
     assert result.exit_code == 0, result.output
     rc, stdout, stderr = warn_and_wait(out, shim_env(tmp_path, SHIM_PREFLIGHT_SLEEP="3", SHIM_WAIT_STOP="1",
                                                      SHIM_OUTCOME="stopped 1", SHIM_GPUS_0="0", SHIM_GPUS_1="0,1"))

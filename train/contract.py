@@ -5,7 +5,7 @@ STOP_FILE_ENV = "SLURMGEN_STOP_FILE"  # the file made at a time-limit warning: c
 OUTCOME_FILE_ENV = "SLURMGEN_OUTCOME_FILE"  # rank 0 writes "STOPPED STEP" or "FINISHED STEP" there
 STOPPED, FINISHED = "stopped", "finished"
 HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"  # where every rank beats
-BEAT_FILE = "rank-{rank}"  # one per rank in the heartbeat folder: "RANK STEP TIME NODE PID [save SECONDS]"
+BEAT_FILE = "rank-{rank}"  # one per rank in the heartbeat folder: "RANK STEP TIME NODE PID [save S] [compute S]"
 # At scale the ranks beat into a folder on their node instead ($TMPDIR or /tmp, this name-NODE), and
 # one rank per node at a time publishes the node's lines as NODE_BEAT_FILE in the heartbeat folder,
 # at most every PUBLISH_SECONDS (at once when a save begins or ends): the shared file system sees

@@ -1,11 +1,12 @@
 """What every rank shows slurmgen's hang watch (slurmgen.job.hangs), under SLURMGEN_HEARTBEAT_DIR.
 
-  * beat(step): "RANK STEP TIME NODE PID" in rank-RANK (NODE: Slurm's node name), once training begins (after loading)
+  * beat(step): "RANK STEP TIME NODE PID [save ALLOWANCE] [compute SECONDS]" in rank-RANK (NODE: Slurm's node name), once training begins (after loading)
     and at every optimizer step, so the watch sees which rank stopped advancing and where; under
     SLURMGEN_NODE_BEATS in a folder on the node, whose lines one rank of the node at a time
     publishes to node-NODE in the shared folder at a bounded rate (train/contract.py);
     during a checkpoint save (train.saves) followed by "save ALLOWANCE": the watch then waits
-    ALLOWANCE seconds rather than the hang timeout;
+    ALLOWANCE seconds rather than the hang timeout; with the straggler watch on, the rank's mean
+    compute time per step (train.compute_time) follows "compute";
   * NCCL's flight recorder on, dumping beside the job log on NCCL's own timeout (CUDA only);
   * on DUMP_SIGNAL every rank writes the Python stacks of all its threads to stack-RANK
     (faulthandler: a C handler, so it answers while the rank is blocked inside a collective,
@@ -28,7 +29,7 @@ import socket
 import threading
 import time
 
-from train import contract
+from train import compute_time, contract
 from train.contract import HEARTBEAT_DIR_ENV
 
 DUMP_SIGNAL = getattr(signal, contract.DUMP_SIGNAL)
@@ -99,6 +100,8 @@ def beat(step: int) -> None:
     if not folder:
         return
     phase = "" if _save_allowance is None else f" save {_save_allowance:.0f}"
+    compute = compute_time.figure()
+    phase += "" if compute is None else f" compute {compute:.6f}"
     now = time.time()
     line = f"{rank()} {step} {now:.3f} {node_name()} {os.getpid()}{phase}\n"
     local = node_folder()

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, NoReturn
 
 from train.cli import cli_errors
-from train import cores, heartbeat
+from train import compute_time, cores, heartbeat
 from train.collectives import destroy_process_group, lost_a_peer
 from train.stop import stop_on_term, terminated
 
@@ -49,6 +49,7 @@ def run_main(body: Callable[[list[str]], dict | None], argv: list[str] | None) -
     cores.bind()  # before torch starts its threads
     stop_on_term()
     heartbeat.install()
+    compute_time.install()  # the straggler watch's figure, where the job asks for it
     with cli_errors():
         try:
             result = body(args)

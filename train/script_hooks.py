@@ -5,7 +5,8 @@ first imports the piece they hook; slurmgen's own entry points do all of it them
 without them.
 
   * start: the stack dump on the hang watch's signal (train.heartbeat.install);
-  * after torch.optim.optimizer is imported: a beat at every optimizer step of any optimizer (torch's
+  * after torch.optim.optimizer is imported: the forward passes timed for the straggler watch
+    (train.compute_time, where the job asks for it), and a beat at every optimizer step of any optimizer (torch's
     global post-step hook), so the hang watch, the retries' "training had begun" rule and
     `slurmgen watch` see any PyTorch loop advance (the step in the beat counts optimizer steps
     since the process started; at most one beat per BEAT_SECONDS);
@@ -20,7 +21,7 @@ import os
 import sys
 import time
 
-from train import heartbeat
+from train import compute_time, heartbeat
 
 # A beat is a file write: at most one per this many seconds (the hang watch counts tens of seconds),
 # so a loop of millisecond steps does not pay for one per step; the step in the file may lag by
@@ -46,6 +47,7 @@ def start() -> None:
 def after_optimizer_import(module) -> None:
     if is_rank():
         module.register_optimizer_step_post_hook(_after_step)
+        compute_time.install()
 
 
 def _after_step(optimizer, args, kwargs) -> None:

@@ -64,6 +64,7 @@ class Beat:
     host: str
     pid: int
     save_allowance: float = 0.0  # seconds, while this rank is in a checkpoint save
+    compute: float = 0.0  # mean compute seconds per step over the straggler window (0: not measured)
 
 
 def read_beats(folder: Path) -> dict[int, Beat]:
@@ -80,9 +81,10 @@ def read_beats(folder: Path) -> dict[int, Beat]:
                 continue
             for line in lines:
                 try:
-                    rank, step, when, host, pid, *phase = line.split()
-                    allowance = float(phase[1]) if phase[:1] == ["save"] else 0.0
-                    beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid), allowance)
+                    rank, step, when, host, pid, *extra = line.split()
+                    named = dict(zip(extra[::2], map(float, extra[1::2])))  # save ALLOWANCE, compute SECONDS
+                    beats[int(rank)] = Beat(int(rank), int(step), float(when), host, int(pid),
+                                            named.get("save", 0.0), named.get("compute", 0.0))
                 except (ValueError, IndexError):
                     continue  # being replaced right now: read again at the next poll
     return beats

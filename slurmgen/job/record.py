@@ -11,7 +11,8 @@ from pathlib import Path
 # Why a run failed. Node-level failures exclude their node at once; the others after the second
 # failure on the same node (once may be the code, twice on one node is the node).
 CRASH, HANG, NODE, PREFLIGHT = "crash", "hang", "node", "preflight"
-NODE_LEVEL = (NODE, PREFLIGHT)
+SLOW = "slow"  # the network check or the straggler watch named the node
+NODE_LEVEL = (NODE, PREFLIGHT, SLOW)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class JobFiles:
 
 @dataclass
 class Failure:
-    why: str  # CRASH, HANG, NODE or PREFLIGHT
+    why: str  # CRASH, HANG, NODE, PREFLIGHT or SLOW
     node: str = ""  # Slurm's name of the node it points at, "" when it cannot be told
 
 
@@ -61,6 +62,8 @@ class RunRecord:
     nodes: list[str] = field(default_factory=list)
     ended: float = 0.0  # when the runtime ended it; 0 while it runs, or when Slurm ended it
     state: str = ""  # how it ended (runtime.State): finished, requeued, preempted or failed; restarted (--spares)
+    network: dict = field(default_factory=dict)  # node -> [send GB/s, receive GB/s, latency ms] (the network check)
+    stragglers: dict = field(default_factory=dict)  # node -> its ranks' compute time over the median's, when named
 
 
 @dataclass

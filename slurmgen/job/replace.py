@@ -70,6 +70,28 @@ class SpareRuntime(Runtime):
         self._enter(State.FAILING)
         return None
 
+    def _leave_out_slow(self, slow: list[str]):
+        """A slow node named before training: swapped for a spare (a slow spare just dropped), or as
+        without spares when too few are left."""
+        swaps = self.placement.replace(set(slow))
+        if swaps is None:
+            return super()._leave_out_slow(slow)
+        replaced = {old for old, _ in swaps}
+        self.record.excluded = sorted(set(self.record.excluded) | replaced)
+        self.nodes = [n for n in self.nodes if n not in replaced]
+        self.record.open_run = self.nodes
+        if self.record.runs:
+            self.record.runs[-1].nodes = self.nodes
+        for old, new in swaps:
+            say(f"slurmgen: {old} replaced by spare {new} before training")
+        for spare in sorted(set(slow) - replaced):
+            say(f"slurmgen: spare {spare} is slow: left idle for good")
+        return None
+
+    def _can_leave_out(self, node: str) -> bool:
+        free = len(self.record.failures) < self.spec.max_failures and self.placement.free
+        return bool(free and node in self.placement.nodes()) or super()._can_leave_out(node)
+
     def _stop_steps(self) -> None:
         """TERM, then KILL STOP_SECONDS later, to the old steps' tasks; their sruns are ended too."""
         procs = [p for _, _, p in self.run.steps if p is not None]
@@ -109,6 +131,7 @@ class SpareRuntime(Runtime):
         self.record.runs.append(RunRecord(time.time(), self.nodes))
         self.run = Run()
         self.files.outcome.unlink(missing_ok=True)
+        self.files.stop.unlink(missing_ok=True)  # made to stop the last run for a straggler
         shutil.rmtree(self.files.beats, ignore_errors=True)
         if self.beats_name:  # the old ranks' node-local beats must not be published as the new ones'
             os.environ[contract.NODE_BEATS_ENV] = f"{self.beats_name}-{len(self.record.failures)}"

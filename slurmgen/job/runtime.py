@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from slurmgen import contract
-from slurmgen.job import hangs, preflight, retry, slurm
-from slurmgen.job.record import CRASH, HANG, NODE, PREFLIGHT, Failure, JobRecord, RunRecord
+from slurmgen.job import hangs, retry, slurm
+from slurmgen.job.checks import Checks, say
+from slurmgen.job.record import CRASH, HANG, NODE, NODE_LEVEL, SLOW, Failure, JobRecord, RunRecord
 from slurmgen.job.states import JobSpec, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
@@ -31,12 +31,13 @@ STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as
 PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
 
 
-class Runtime:
+class Runtime(Checks):
     def __init__(self, spec: JobSpec, steps, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, hang_check: Optional[Callable] = None,
-                 slurm_api=slurm, nodes: Optional[list[str]] = None):
+                 slurm_api=slurm, nodes: Optional[list[str]] = None, straggler_check: Optional[Callable] = None):
         self.spec, self.steps, self.clock, self.sleep = spec, steps, clock, sleep
         self.hang_check, self.slurm, self.nodes = hang_check, slurm_api, nodes or []
+        self.straggler_check = straggler_check  # () -> [stragglers.Straggler]
         self.files = spec.files
         self.record = JobRecord()
         self.run = Run()
@@ -54,10 +55,11 @@ class Runtime:
             f"{os.environ.get('MASTER_PORT', '')}")
         if not self._begin():
             return self._finish(State.FAILED, 1)
-        if self.spec.preflight:
-            status = self._preflight()
-            if status is not None:
-                return status
+        status = self._preflight() if self.spec.preflight else None
+        if status is None and self.spec.net_check and self._node_count() > 1:
+            status = self._net_check()
+        if status is not None:
+            return status
         self._enter(State.TRAINING)
         self.run.steps = self._start()
         return self._watch()
@@ -86,29 +88,6 @@ class Runtime:
             return False
         return True
 
-    def _preflight(self) -> Optional[int]:
-        """None when training may start, else the job's exit status."""
-        self._enter(State.PREFLIGHT)
-        began = self.clock()
-        self.files.preflight.write_text("")
-        with open(self.files.preflight, "a") as log:  # appending, as each node's report must (O_APPEND)
-            groups = len(self.spec.components) + (1 if self.spec.spares else 0)  # the spares' group last
-            procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(groups)]
-            for proc in procs:
-                proc.wait()
-        nodes = sum(c.nodes for c in self.spec.components) + self.spec.spares
-        found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes)
-        for line in found.lines + [f"slurmgen: preflight of {nodes} node(s) took {self.clock() - began:.1f} s"]:
-            say(line)
-        if not found.passed:
-            if found.culprit and self._retry(PREFLIGHT, found.culprit):
-                return self._finish(State.REQUEUED, 0)
-            return self._finish(State.FAILED, 1)
-        if found.precision:  # one dtype for every rank: bf16 only where every GPU has it
-            os.environ[contract.PRECISION_ENV] = found.precision
-        self.files.preflight.unlink(missing_ok=True)
-        return None
-
     def _watch(self) -> int:
         """Until the run ends: the first failure ends it, a warning asks every rank to checkpoint."""
         run, spec = self.run, self.spec
@@ -120,12 +99,14 @@ class Runtime:
                     return status
             running = self._reap()
             now = self.clock()
-            if spec.hang_timeout and run.state == State.TRAINING and now >= next_look and self.hang_check:
+            if run.state == State.TRAINING and now >= next_look:
                 next_look = now + self._hang_poll()
-                found = self.hang_check()
+                found = self.hang_check() if spec.hang_timeout and self.hang_check else None
                 if found is not None:  # hung ranks do not end by themselves: no settle time
                     run.why, run.suspect, run.status, run.failed_at = HANG, found[1] or "", 1, now - spec.settle
                     self._enter(State.FAILING)
+                elif spec.stragglers and self.straggler_check:
+                    self._stragglers()
             if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
                 if running:
                     say("slurmgen: stopping the components still running", err=True)
@@ -163,6 +144,9 @@ class Runtime:
         """The run is over (its steps have ended): requeue, wait for Slurm, or end the job."""
         if self.run.warned_at is None:  # a failure: a retry, or the end
             return self._failed(status) if status else self._finish(State.FINISHED, 0)
+        if self.run.leave_out and self._outcome()[0] != contract.FINISHED:  # stopped for a straggler
+            self.run.why, self.run.suspect = SLOW, self.run.leave_out
+            return self._failed(1)
         how, step = self._outcome()
         saved = f"checkpoint saved at step {step}; " if step else ""
         if how == contract.FINISHED:
@@ -214,7 +198,7 @@ class Runtime:
             why, node = NODE, sorted(gone)[0]
         node = self.slurm.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
         # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start.
-        if not gone and why != PREFLIGHT and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
+        if not gone and why not in NODE_LEVEL[1:] and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
             return None
@@ -236,7 +220,7 @@ class Runtime:
             say(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot hold"
                 " the layout any more: not retrying", err=True)
             return False
-        reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({why})" if n == node and why in (NODE, PREFLIGHT)
+        reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({why})" if n == node and why in NODE_LEVEL
                    else f"{n} (2nd failure there)" for n in new]
         say(f"slurmgen: failure {count} of at most {spec.max_failures} ({why}{where}): requeueing job {spec.job} to"
             " resume from its newest checkpoint" + (f"; excluding {', '.join(reasons)}" if reasons else ""))
@@ -307,10 +291,6 @@ class Runtime:
 
     def _hang_poll(self) -> float:
         return min(hangs.POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.spec.poll
-
-
-def say(text: str, err: bool = False) -> None:
-    print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
 def _nodelist_var(i: int, components: int) -> str:

@@ -9,7 +9,8 @@
 #
 # Settings: PYTHON LOGS MAX_RESTARTS MAX_FAILURES STOP_WAIT STOP_GRACE HANG_TIMEOUT SPARES, MASTER_PORT
 # or PORT_LOW and PORT_SPAN, MASTER_ADDR_IP MASTER_IFACE IFACE_PATTERN; arrays PREFLIGHT (KIND
-# TARGET MODEL; empty: no preflight), COMPONENT_NAMES COMPONENT_NODES COMPONENT_GPUS (the last
+# TARGET MODEL; empty: no preflight), NET_CHECK (RATIO FLOOR; empty: no network check), STRAGGLERS
+# (RATIO WINDOW ACTION; empty: no straggler watch), COMPONENT_NAMES COMPONENT_NODES COMPONENT_GPUS (the last
 # two with the spare nodes' group after the components where SPARES > 0), and
 # CONTAINER_SRUN CONTAINER_EXEC (the steps' container words) where a container is used. From the
 # environment: SLURMGEN_WORLD_SIZE, EARLY_WARNING (1: a warning came before run_job).
@@ -18,7 +19,7 @@ RUNTIME_DIR=$(dirname "${BASH_SOURCE[0]}")
 
 run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     local job_dir="$LOGS/.slurmgen-$SLURM_JOB_ID" i runtime
-    HET=$(( ${#COMPONENT_NAMES[@]} > 1 ))
+    HET=$(( ${#COMPONENT_NODES[@]} > 1 ))  # the spares make a group too
     find_rendezvous || exit 1
     mkdir -p "$job_dir" || exit 1
     # What the ranks read and write: the stop file (made at a warning), rank 0's word on how
@@ -32,10 +33,15 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"
     # The launch functions and what they read, for the runtime to run each in a bash of its own.
     { declare -p PYTHON RUNTIME_DIR HET PREFLIGHT COMPONENT_NODES COMPONENT_GPUS TARGET CONTAINER_SRUN CONTAINER_EXEC 2>/dev/null
-      declare -f het_group preflight_step probe_step "$@"; } > "$job_dir/launch.sh"
+      declare -f het_group preflight_step net_check_step probe_step "$@"; } > "$job_dir/launch.sh"
     local args=(--job "$SLURM_JOB_ID" --logs "$LOGS" --world-size "$SLURMGEN_WORLD_SIZE" --max-restarts "$MAX_RESTARTS"
                 --max-failures "$MAX_FAILURES" --hang-timeout "$HANG_TIMEOUT" --stop-wait "$STOP_WAIT" --stop-grace "$STOP_GRACE")
     (( ${#PREFLIGHT[@]} == 0 )) || args+=(--preflight)
+    (( ${#NET_CHECK[@]} == 0 )) || args+=(--net-check "${NET_CHECK[@]}")
+    if (( ${#STRAGGLERS[@]} )); then  # the ranks time their forward passes over the window (train/compute_time.py)
+        args+=(--stragglers "${STRAGGLERS[@]}")
+        export SLURMGEN_STRAGGLER_WINDOW=${STRAGGLERS[1]}
+    fi
     (( ! ${SPARES:-0} )) || args+=(--spares "$SPARES")
     for i in "${!COMPONENT_NAMES[@]}"; do
         args+=(--component "${COMPONENT_NAMES[i]}" "${COMPONENT_NODES[i]}" "${COMPONENT_GPUS[i]}" "${@:$((i + 1)):1}")
@@ -63,6 +69,13 @@ preflight_step() {  # I: every node of component I reports its software, one lin
     exec srun $(het_group "$1") --nodes="${COMPONENT_NODES[$1]}" --ntasks="${COMPONENT_NODES[$1]}" --ntasks-per-node=1 \
         --cpus-per-task=1 ${CONTAINER_SRUN[@]+"${CONTAINER_SRUN[@]}"} ${CONTAINER_EXEC[@]+"${CONTAINER_EXEC[@]}"} \
         "$PYTHON" -c "$(<"$RUNTIME_DIR/node_report.py")" "${PREFLIGHT[@]}" "${COMPONENT_GPUS[$1]}"
+}
+
+net_check_step() {  # I FIRST WORLD: component I's nodes, ranks FIRST on of WORLD, time their links (net_measure.py)
+    # shellcheck disable=SC2046  # het_group: one word or none
+    TORCH_CPP_LOG_LEVEL=ERROR exec srun $(het_group "$1") --nodes="${COMPONENT_NODES[$1]}" --ntasks="${COMPONENT_NODES[$1]}" \
+        --ntasks-per-node=1 --cpus-per-task=1 ${CONTAINER_SRUN[@]+"${CONTAINER_SRUN[@]}"} ${CONTAINER_EXEC[@]+"${CONTAINER_EXEC[@]}"} \
+        "$PYTHON" -c "$(<"$RUNTIME_DIR/net_measure.py")" "$2" "$3"
 }
 
 probe_step() {  # GROUP NODE: a step of nothing on NODE; the runtime's look for a lost node (--spares)

@@ -45,10 +45,19 @@ class JobSpec:
     poll: float = 1.0
     settle: float = 10.0  # the others' time to end after the first failure
     spares: int = 0  # idle nodes, the last het group: a failed run restarts inside the allocation
+    net_check: Optional[tuple[float, float]] = None  # (ratio to the median, floor GB/s); None: no network check
+    stragglers: Optional["StragglerRule"] = None  # None: no straggler watch
 
     @property
     def layout(self) -> list[tuple[int, int]]:  # (GPUs per node, nodes) per component
         return [(c.gpus, c.nodes) for c in self.components]
+
+
+@dataclass(frozen=True)
+class StragglerRule:
+    ratio: float  # a rank whose compute time per step is this many times the median's is slow
+    window: int  # steps its figure is the mean of
+    action: str = "warn"  # or "exclude": requeued (or a spare taken) without its node
 
 
 @dataclass
@@ -61,3 +70,5 @@ class Run:
     failed_at: float = 0.0
     warned_at: Optional[float] = None
     steps: list = field(default_factory=list)  # (component name, its nodes, process); process None once reaped
+    stragglers: set = field(default_factory=set)  # ranks named slow in this run (each once)
+    leave_out: str = ""  # the straggler's node this run stops for, to go on without it

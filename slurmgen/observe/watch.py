@@ -66,9 +66,10 @@ def progress_line(state: str, progress: Optional[dict], restarts: str = "0", wid
     return text
 
 
-# Lines of the job log a watcher shows as they come: hang summaries, retries, excluded nodes.
+# Lines of the job log a watcher shows as they come: hang summaries, retries, excluded nodes, slow
+# nodes and stragglers.
 EVENT_PREFIXES = ("slurmgen: hang", "slurmgen:   ", "slurmgen: failure", "slurmgen: the last run",
-                  "slurmgen: no rank had begun")
+                  "slurmgen: no rank had begun", "slurmgen: slow link", "slurmgen: straggler")
 
 
 class LogEvents:

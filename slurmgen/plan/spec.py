@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from slurmgen.plan import passthrough, sweep
+from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.words import SpecError, parse_sizes, parse_time, printable_line, train_arg
 
 LAUNCHERS = ("torchrun", "srun", "accelerate")
@@ -96,6 +97,7 @@ class JobSpec:
     max_failures: int = 2
     spares: int = 0                        # idle nodes in the allocation that replace a lost one (render)
     preflight: bool = True
+    slow_nodes: SlowNodes = SlowNodes()    # the network check and the straggler watch
     rank_hooks: bool = True                # train/rank_hooks on the ranks' PYTHONPATH (user code only)
     resume: str = "off"                    # "auto": a user's Trainer resumes by itself
     nccl_debug: Optional[str] = None
@@ -209,6 +211,7 @@ class JobSpec:
         if self.spares < 0 or (self.spares and len(set(self.gpu_types)) > 1):
             raise SpecError(f"--spares {self.spares}: " + ("must be zero or more" if self.spares < 0 else
                             "a spare stands in for any node, so the nodes must share one --gpu-type"))
+        self.slow_nodes.validate()
         if self.sweep:  # the runs themselves: --output_dir given, not too many
             sweep.expand(self.sweep, self.sweep_mode, self.train_args)
         if self.prep and (self.exec or self.script or self.module != PREP_MODULE):

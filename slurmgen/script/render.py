@@ -204,6 +204,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
     # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
     stop_wait = max(spec.grace - 10, 5)
     iface_pattern = _iface_pattern(spec)
+    slow = spec.slow_nodes
     context = {
         "spec": spec,
         "plan": plan,
@@ -243,6 +244,11 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         # The rendezvous port: fixed (plus the run of a sweep), or from the job id in a range
         "port_settings": _port_settings(spec, plan),
         "dependency": dependency(spec.after),
+        # The network check between the nodes (spares included), and the straggler watch between ranks
+        "net_check": f"{slow.net_check_ratio:g} {slow.net_min_gbps:g}"
+        if slow.net_check and sum(c.nodes for c in plan.groups) > 1 else "",
+        "stragglers": f"{slow.straggler_ratio:g} {slow.straggler_window} {slow.straggler_action}"
+        if slow.straggler_ratio and plan.world_size > 1 else "",
     }
     return environment().get_template("job.sh.j2").render(context)
 

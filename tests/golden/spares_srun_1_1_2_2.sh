@@ -64,7 +64,7 @@ component_1() {  # GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST: the job runt
 PYTHON=python3 LOGS=/tmp/slurmgen-golden-logs PORT_LOW=20000 PORT_SPAN=10000
 MAX_RESTARTS=3 MAX_FAILURES=2 HANG_TIMEOUT=300 STOP_WAIT=170 STOP_GRACE=0 SPARES=1
 MASTER_ADDR_IP=0 MASTER_IFACE='' IFACE_PATTERN=''
-PREFLIGHT=(module train.ddp_loop '')
+PREFLIGHT=(module train.ddp_loop '') NET_CHECK=(0.5 0) STRAGGLERS=(2 50 warn)
 COMPONENT_NAMES=('component 0 (2 node(s) x 1 GPU)' 'component 1 (2 node(s) x 2 GPUs)')
 COMPONENT_NODES=(2 2 1) COMPONENT_GPUS=(1 2 2)
 RUNTIME=$("$PYTHON" -m slurmgen.job.runtime 2>/dev/null)

@@ -45,7 +45,7 @@ component_0() {
 PYTHON=python3 LOGS=/tmp/slurmgen-golden-logs PORT_LOW=20000 PORT_SPAN=10000
 MAX_RESTARTS=3 MAX_FAILURES=2 HANG_TIMEOUT=300 STOP_WAIT=170 STOP_GRACE=0
 MASTER_ADDR_IP=0 MASTER_IFACE='' IFACE_PATTERN=''
-PREFLIGHT=(module train.sft '')
+PREFLIGHT=(module train.sft '') NET_CHECK=(0.5 0) STRAGGLERS=(2 50 warn)
 COMPONENT_NAMES=('component 0 (4 node(s) x 2 GPUs)')
 COMPONENT_NODES=(4) COMPONENT_GPUS=(2)
 RUNTIME=$("$PYTHON" -m slurmgen.job.runtime 2>/dev/null)

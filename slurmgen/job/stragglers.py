@@ -1,0 +1,41 @@
+"""The straggler watch: from each rank's mean compute time per step over the last WINDOW steps (in
+its heartbeat, train.compute_time), the ranks far slower than the others. Synchronous training
+runs at the slowest rank's pace, so one slow node slows the whole job, and its step times say
+nothing (they are everyone's); the compute time is the rank's own."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmgen.job.hangs import Beat, read_beats
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    ratio: float  # its compute time over the median of the other ranks'
+
+    def line(self, window: int) -> str:
+        return (f"slurmgen: straggler: rank {self.rank} on {self.host}: {self.ratio:.1f}x the median compute time"
+                f" per step over the last {window} steps")
+
+
+def slow_ranks(beats: dict[int, Beat], ratio: float) -> list[Straggler]:
+    """Ranks whose compute time is at least ratio times the median of the others'; nothing until
+    every rank with a beat has a full window (a figure)."""
+    figures = {r: b.compute for r, b in beats.items()}
+    if len(figures) < 2 or not all(figures.values()):
+        return []
+    found = []
+    for r, mine in sorted(figures.items()):
+        others = statistics.median(v for k, v in figures.items() if k != r)
+        if others > 0 and mine >= ratio * others:
+            found.append(Straggler(r, beats[r].host, mine / others))
+    return found
+
+
+def look(folder: Path, ratio: float) -> list[Straggler]:
+    return slow_ranks(read_beats(folder), ratio)

@@ -1,0 +1,122 @@
+"""Slow nodes (issue 30), end to end on the 1,1,2,2,2 cluster:
+* the network check: node3's link slowed both ways (`localcluster.sh node-slow node3 link`, tc tbf)
+  and node5 drained, so that the job's first run must hold node3: the check names node3 from the
+  figures of every node, the job is requeued without it, and the user's plain script (torch only)
+  trains on node1, node2, node4 and node5 after a check with no slow link;
+* the straggler watch: train.ddp_loop with --spares 1 and --straggler-action exclude runs three
+  healthy windows (nothing named), then node3's CPUs are throttled (`node-slow node3 cpu`, a CFS
+  quota): its ranks are named with their ratio, the run stops at a checkpoint, and the job finishes
+  on the spare node without a requeue.
+bench/net_check.py measures the check's cost and its figures over healthy runs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import textwrap
+import time
+
+from hostlist import expand_hostlist
+from tests import slurm_helpers
+from tests.e2e.conftest import CLUSTER, JobRun, render_and_submit
+from tests.e2e.test_fault_tolerance import ddp_args, job_log, progress_steps, wait_progress, wait_with_nudges
+from tests.e2e.test_hangs import UNEVEN, finished_every_step
+
+WINDOW = 10
+
+
+def slow(node: str, what: str, value: str) -> None:
+    proc = subprocess.run(["bash", str(CLUSTER), "node-slow", node, what, value], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def heal(node: str) -> None:
+    subprocess.run(["bash", str(CLUSTER), "node-heal", node], capture_output=True, text=True)
+
+
+def set_state(node: str, state: str) -> None:
+    args = ["scontrol", "update", f"nodename={node}", f"state={state}"] + (["reason=test"] if state == "drain" else [])
+    subprocess.run(args, check=True, capture_output=True)
+
+
+# The user's own training (torch only): DDP over gloo, 20 optimizer steps; each rank writes where it ran.
+PLAIN = textwrap.dedent("""
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(20):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump({"node": os.environ["SLURMD_NODENAME"], "world": dist.get_world_size()}, f)
+    dist.destroy_process_group()
+""")
+
+
+def check_tables(log: str) -> list[str]:
+    """The nodes of each network check's table, in order."""
+    tables = re.findall(r"slurmgen: network check of \d+ node\(s\) \(gloo\) took [\d.]+ s:\n  node .*\n((?:  node\d+ .*\n)+)", log)
+    return [" ".join(line.split()[0] for line in table.splitlines()) for table in tables]
+
+
+def test_a_node_with_a_slow_link_is_named_and_the_job_trains_without_it(spare_node, tmp_path):
+    script, out = tmp_path / "plain.py", tmp_path / "out"
+    script.write_text(PLAIN)
+    out.mkdir()
+    set_state("node5", "drain")
+    slow("node3", "link", "100mbit")
+    try:
+        job_id = render_and_submit(tmp_path, [*UNEVEN[:4], "--launcher", "srun", "--script", str(script)], [str(out)],
+                                   wait=False)
+        deadline = time.monotonic() + 180
+        while "requeueing" not in job_log(tmp_path, job_id):
+            assert time.monotonic() < deadline, job_log(tmp_path, job_id)[-4000:]
+            time.sleep(0.5)
+        set_state("node5", "resume")
+        job = JobRun(job_id, wait_with_nudges(job_id, timeout=300), tmp_path)
+    finally:
+        heal("node3")
+        set_state("node5", "resume")
+    log = job_log(tmp_path, job_id)
+    assert job.state == "COMPLETED", log[-6000:]
+    assert check_tables(log) == ["node1 node2 node3 node4", "node1 node2 node4 node5"], log[-6000:]
+    assert re.search(r"slurmgen: slow link: node3: 0\.0\d GB/s (sending|receiving) against a median of [\d.]+ GB/s"
+                     r" \(below 0\.5 of it\)", log), log[-6000:]
+    assert "failure 1 of at most 2 (slow on node3): requeueing job" in log and "excluding node3 (slow)" in log, log[-6000:]
+    assert len(re.findall(r"slurmgen: slow link", log)) == 1, log[-6000:]  # the second run's check: no alarm
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert len(ranks) == 6 and {r["world"] for r in ranks} == {6}, ranks
+    assert {r["node"] for r in ranks} == {"node1", "node2", "node4", "node5"}, ranks
+
+
+def test_a_throttled_node_is_named_a_straggler_and_the_job_finishes_on_the_spare(spare_node, assets, tmp_path):
+    steps = 100
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--straggler-window", str(WINDOW),
+                                          "--straggler-action", "exclude"],
+                               ddp_args(assets, tmp_path, steps, save_steps=1000), wait=False)
+    healthy = 3 * WINDOW + 5  # three windows, each rank's figure in the beats
+    wait_progress(job_id, tmp_path / "run", healthy)
+    _, comp1, spares = (expand_hostlist(c["NodeList"]) for c in slurm_helpers.job_info(job_id)["components"])
+    node, spare = comp1[0], spares[0]  # two ranks of component 1
+    assert "straggler" not in job_log(tmp_path, job_id), job_log(tmp_path, job_id)[-4000:]
+    slow(node, "cpu", "10")
+    try:
+        job = JobRun(job_id, slurm_helpers.wait_job(job_id, timeout=400), tmp_path)
+    finally:
+        heal(node)
+    log = job_log(tmp_path, job_id)
+    named = re.findall(rf"slurmgen: straggler: rank (\d) on {node}: ([\d.]+)x the median compute time per step"
+                       rf" over the last {WINDOW} steps", log)
+    assert named and {r for r, _ in named} <= {"2", "3"} and all(float(x) >= 2 for _, x in named), log[-6000:]
+    assert re.search(rf"slurmgen: failure 1 of at most 2 \(slow on {node}\): restarting every component inside the"
+                     rf" allocation from the newest checkpoint; {node} \(slow\) replaced by spare {spare}", log), log[-6000:]
+    assert not re.search(r"straggler: rank \d on (?!" + node + ")", log), log[-6000:]
+    finished_every_step(tmp_path, job, steps)
+    assert "requeue" not in log.lower() and job.state == "COMPLETED", log[-6000:]
+    assert sorted(set(progress_steps(tmp_path / "run"))) == list(range(1, steps + 1))

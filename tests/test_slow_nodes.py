@@ -1,0 +1,199 @@
+"""Slow nodes (issue 30) without a cluster: the network check's verdict from the nodes' lines, the
+straggler watch's from the beats, the runtime's answer to each, and the ranks' compute time."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from slurmgen.job import net_check, stragglers
+from slurmgen.job.hangs import Beat, read_beats
+from slurmgen.job.record import JobFiles
+from slurmgen.job.runtime import Runtime
+from slurmgen.job.states import Component, JobSpec, State, StragglerRule
+from tests.test_job_runtime import NODES, Clock, Proc, Slurm, Steps, exits, stops_with
+
+
+def ring(gbps: dict[str, float], latency: float = 0.1) -> list[dict]:
+    """Each node's line as net_measure.py prints it, where a transfer runs at the slower end's rate."""
+    hosts = list(gbps)
+    n = len(hosts)
+    lines = []
+    for r, host in enumerate(hosts):
+        before, following = hosts[(r - 1) % n], hosts[(r + 1) % n]
+        lines.append({"host": host, "rank": r, "backend": "gloo",
+                      "from_before": [latency, min(gbps[before], gbps[host])],
+                      "from_following": [latency, min(gbps[following], gbps[host])],
+                      "all_reduce_ms": [[4096, 1.0], [33554432, 80.0]]})
+    return lines
+
+
+def test_the_node_whose_every_transfer_is_slow_is_named_not_its_neighbours():
+    found = net_check.verdict(ring({"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1}), 4, 0.5, 0, 5.0)
+    assert found.slow == ["node3"]
+    assert found.lines[0] == "slurmgen: network check of 4 node(s) (gloo) took 5.0 s:"
+    assert found.lines[1].split() == ["node", "rank", "send", "GB/s", "receive", "GB/s", "latency", "ms"]
+    assert found.lines[4].split() == ["node3", "2", "0.01", "0.01", "0.10"]
+    assert found.lines[-1] == ("slurmgen: slow link: node3: 0.01 GB/s sending against a median of 1.30 GB/s"
+                               " (below 0.5 of it)")
+    assert "all-reduce: 4 KB 1.0 ms, 32 MB 80.0 ms (bus bandwidth 0.63 GB/s)" in found.lines[-2]
+
+
+def test_a_healthy_spread_and_two_nodes_raise_no_alarm():
+    assert net_check.verdict(ring({"a": 1.6, "b": 0.9, "c": 1.2, "d": 1.0}), 4, 0.5, 0, 5.0).slow == []
+    two = net_check.verdict(ring({"a": 1.6, "b": 0.01}), 2, 0.5, 1.0, 5.0)  # the ratio cannot tell: only a floor
+    assert two.slow == [] and "with two nodes it cannot be told which one" in two.lines[-1]
+
+
+def test_a_floor_names_a_node_the_ratio_would_not():
+    found = net_check.verdict(ring({"a": 1.6, "b": 1.5, "c": 0.9, "d": 1.4}), 4, 0.5, 1.0, 5.0)
+    assert found.slow == ["c"] and found.lines[-1] == "slurmgen: slow link: c: 0.90 GB/s, below the floor of 1 GB/s (--net-min-gbps)"
+
+
+def test_a_node_missing_from_the_check_is_said_and_not_judged():
+    found = net_check.verdict(ring({"a": 1.6, "b": 1.5, "c": 0.01})[:2], 3, 0.5, 0, 5.0)
+    assert found.slow == [] and found.lines == ["slurmgen: network check: 2 of 3 node(s) reported; not judged (the"
+                                                " nodes' own output is in the job log)"]
+
+
+def beats(computes: dict[int, float]) -> dict[int, Beat]:
+    return {r: Beat(r, 60, 1000.0, f"node{r // 2 + 1}", 100 + r, 0.0, c) for r, c in computes.items()}
+
+
+def test_a_rank_far_over_the_others_median_is_a_straggler():
+    found = stragglers.slow_ranks(beats({0: 0.010, 1: 0.012, 2: 0.025, 3: 0.011}), 2.0)
+    assert [(s.rank, s.host, round(s.ratio, 2)) for s in found] == [(2, "node2", 2.27)]
+    assert found[0].line(50) == "slurmgen: straggler: rank 2 on node2: 2.3x the median compute time per step over the last 50 steps"
+    assert stragglers.slow_ranks(beats({0: 0.010, 1: 0.012, 2: 0.019, 3: 0.011}), 2.0) == []
+    assert stragglers.slow_ranks(beats({0: 0.010, 1: 0.0, 2: 0.05}), 2.0) == []  # a window not yet full
+
+
+def test_beats_carry_the_compute_figure_beside_a_save(tmp_path):
+    (tmp_path / "node-node1").write_text("0 5 1000.0 node1 11 save 600 compute 0.012\n1 5 1000.0 node1 12 compute 0.5\n")
+    got = read_beats(tmp_path)
+    assert (got[0].save_allowance, got[0].compute, got[1].save_allowance, got[1].compute) == (600.0, 0.012, 0.0, 0.5)
+
+
+# ---- the runtime's answers ------------------------------------------------------------------
+
+class NetSteps(Steps):
+    """Steps whose network check prints the lines of ring(GBPS): each group its nodes' lines."""
+
+    def __init__(self, clock, files, components, gbps):
+        super().__init__(clock, files, components)
+        self.lines = ring(gbps)
+
+    def start(self, function, *args, stdout=None):
+        if function != "net_check_step":
+            return super().start(function, *args, stdout=stdout)
+        self.started.append(function)
+        first = int(args[1])
+        for line in self.lines[first:first + 2]:  # two nodes per component
+            stdout.write("SLURMGEN_NETCHECK " + json.dumps(line) + "\n")
+        stdout.flush()
+        return Proc(self.clock, lambda now: 0)
+
+
+def runtime(tmp_path, components, gbps=None, straggler_check=None, slurm=None, **settings):
+    files = JobFiles.of(tmp_path, "77")
+    files.folder.mkdir(parents=True, exist_ok=True)
+    clock = Clock()
+    spec = JobSpec("77", files, 6, (Component("component 0", 2, 1, "component_0"),
+                                    Component("component 1", 2, 2, "component_1")), **{"settle": 10.0, **settings})
+    steps = NetSteps(clock, files, components, gbps or {})
+    return Runtime(spec, steps, clock=clock, sleep=clock.sleep, slurm_api=slurm or Slurm(), nodes=NODES,
+                   straggler_check=straggler_check)
+
+
+def test_a_slow_link_requeues_the_job_without_its_node(tmp_path, capsys):
+    slurm = Slurm()
+    rt = runtime(tmp_path, {}, {"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1}, slurm=slurm,
+                 net_check=(0.5, 0.0))
+    assert rt.main() == 0 and rt.run.state == State.REQUEUED
+    out = capsys.readouterr().out
+    assert "slurmgen: slow link: node3" in out
+    assert "failure 1 of at most 2 (slow on node3): requeueing job 77 to resume from its newest checkpoint;" \
+           " excluding node3 (slow)" in out
+    assert slurm.excluded == ["node3"] and rt.record.runs[-1].network["node3"] == [0.01, 0.01, 0.1]
+    assert "component_0" not in rt.steps.started  # no training on it
+
+
+def test_a_slow_link_that_cannot_be_left_out_is_trained_on(tmp_path, capsys):
+    rt = runtime(tmp_path, {"component_0": exits(0, 1005), "component_1": exits(0, 1005)},
+                 {"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1}, slurm=Slurm(fits=False), net_check=(0.5, 0.0))
+    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert "slurmgen: training on node3 all the same" in capsys.readouterr().out
+
+
+def test_a_straggler_with_exclude_stops_the_run_at_a_checkpoint_and_requeues_without_its_node(tmp_path, capsys):
+    slurm = Slurm()
+    behaviour = stops_with("stopped 40")
+    behaviour.folder = tmp_path
+    rt = runtime(tmp_path, {"component_0": behaviour, "component_1": behaviour},
+                 straggler_check=lambda: [stragglers.Straggler(2, "node3", 3.1)], slurm=slurm,
+                 stragglers=StragglerRule(2.0, 10, "exclude"))
+    assert rt.main() == 0 and rt.run.state == State.REQUEUED
+    out = capsys.readouterr().out
+    assert "slurmgen: straggler: rank 2 on node3: 3.1x the median compute time per step over the last 10 steps" in out
+    assert "slurmgen: straggler: asking every rank to checkpoint, to go on without node3" in out
+    assert "failure 1 of at most 2 (slow on node3)" in out and slurm.excluded == ["node3"]
+    assert rt.record.runs[-1].stragglers == {"node3": 3.1}
+
+
+def test_a_straggler_with_warn_is_named_once_and_training_goes_on(tmp_path, capsys):
+    rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
+                 straggler_check=lambda: [stragglers.Straggler(2, "node3", 3.1)],
+                 stragglers=StragglerRule(2.0, 10, "warn"))
+    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert capsys.readouterr().out.count("slurmgen: straggler: rank 2 on node3") == 1
+
+
+def test_a_straggler_whose_node_cannot_be_left_out_is_only_named(tmp_path, capsys):
+    rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
+                 straggler_check=lambda: [stragglers.Straggler(2, "node3", 3.1)], slurm=Slurm(fits=False),
+                 stragglers=StragglerRule(2.0, 10, "exclude"))
+    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert "slurmgen: straggler: training on with node3" in capsys.readouterr().out
+
+
+# ---- the ranks' side -----------------------------------------------------------------------
+
+def test_a_ranks_compute_time_is_its_forward_passes_mean_over_the_window(tmp_path):
+    """A plain loop under the rank hooks' module: a forward that sleeps 20 ms is timed, a no-grad
+    forward (evaluation) is not, and the figure appears once the window is full."""
+    code = textwrap.dedent("""
+        import time, torch
+        from train import compute_time
+        compute_time.install()
+
+        class Slow(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(2, 1)
+            def forward(self, x):
+                time.sleep(0.02)
+                return self.lin(x)
+
+        model, figures = Slow(), []
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            model(torch.ones(1, 2)).sum().backward()
+            with torch.no_grad():
+                time.sleep(0) or model(torch.ones(1, 2))
+            opt.step()
+            figures.append(compute_time.figure())
+        print(figures)
+    """)
+    env = dict(os.environ, SLURMGEN_STRAGGLER_WINDOW="4")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    figures = eval(out)
+    assert figures[:3] == [None, None, None] and all(0.02 <= f < 0.04 for f in figures[3:]), figures
+
+
+def test_without_the_window_nothing_is_timed():
+    code = "from train import compute_time; compute_time.install(); import sys; print('torch' in sys.modules, compute_time.figure())"
+    env = {k: v for k, v in os.environ.items() if k != "SLURMGEN_STRAGGLER_WINDOW"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.split() == ["False", "None"]
