@@ -1,5 +1,6 @@
 """Per-step cost of the rank hooks (train/rank_hooks): the same small PyTorch loop, one process,
-with the hooks (PYTHONPATH, a rank, a heartbeat folder: one beat per optimizer step) and without,
+with the hooks (PYTHONPATH, a rank, a heartbeat folder: one beat per optimizer step, every forward
+timed for the straggler watch as a job's default window asks) and without,
 alternating in one session. Prints the median seconds per step of each and their ratio, and the
 start-up cost of the hooks (a bare `python -c pass`).
 
@@ -37,7 +38,9 @@ def env(hooked: bool, beats: str) -> dict:
     out = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURMGEN_HEARTBEAT_DIR")}
     out["PYTHONPATH"] = str(REPO)
     if hooked:
-        out.update(PYTHONPATH=f"{rank_hooks.DIR}:{REPO}", RANK="0", SLURMGEN_HEARTBEAT_DIR=beats)
+        # The straggler watch's window, as a job sets it by default: every forward timed
+        out.update(PYTHONPATH=f"{rank_hooks.DIR}:{REPO}", RANK="0", SLURMGEN_HEARTBEAT_DIR=beats,
+                   SLURMGEN_STRAGGLER_WINDOW="50")
     return out
 
 
@@ -57,7 +60,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 subprocess.run([sys.executable, "-c", "pass"], env=env(hooked, beats), check=True)
                 start[hooked].append(time.perf_counter() - t0)
-        assert int((Path(beats) / "rank-0").read_text().split()[1]) > 50
+        beat = (Path(beats) / "rank-0").read_text().split()
+        assert int(beat[1]) > 50 and beat[5] == "compute", beat  # the forward times reach the beat
     bare, hooked = statistics.median(step[False]), statistics.median(step[True])
     print(f"{'':24}{'without':>12}{'with hooks':>12}{'ratio':>8}")
     print(f"{'seconds per step':24}{bare * 1e6:>10.0f}us{hooked * 1e6:>10.0f}us{hooked / bare:>8.3f}")

@@ -84,7 +84,7 @@ def submit(work: Path, nodes: int, hang_timeout: int, *extra: str) -> tuple[str,
                     "--launcher", LAUNCHER["launcher"], "--script", str(probe), "--log-dir", str(marks / "logs"),
                     "--cpus-per-gpu", "1", "--mem-per-gpu", "200M" if LAUNCHER["launcher"] == "srun" else "1G",
                     "--hang-timeout", str(hang_timeout),
-                    "--max-failures", "0", "--setup", f"source {BIN / 'activate'}", *extra, "--", str(marks)],
+                    "--max-failures", "0", "--no-net-check", "--setup", f"source {BIN / 'activate'}", *extra, "--", str(marks)],
                    check=True, capture_output=True, text=True, cwd=work)
     return slurm_helpers.submit(script, cwd=work), marks
 

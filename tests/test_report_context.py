@@ -140,6 +140,24 @@ def test_goodput_counts_against_allocated_time_when_the_runtime_recorded_the_run
     assert pre.allocated_seconds is None and pre.goodput == pytest.approx(36.0 / 338.0)
 
 
+def test_the_network_check_and_the_stragglers_appear_per_run_and_node(sweep):
+    """The runtime's record of each run's network check and compute times: one row per run and
+    node, the straggler marked with its ratio."""
+    from slurmgen.job.record import JobFiles, JobRecord, RunRecord
+
+    runs_dir, logs = sweep
+    files = JobFiles.of(logs, "101")
+    files.folder.mkdir(parents=True)
+    first = RunRecord(1000.0, ["node1", "node3"], 1015.0, "preempted", network={"node1": [1.6, 1.5, 0.1],
+                      "node3": [0.01, 0.01, 0.2]}, compute={"node1": 0.012, "node3": 0.031}, stragglers={"node3": 2.6})
+    JobRecord(runs=[first, RunRecord(2000.0, ["node1"], 2030.0, "finished")]).save(files.record)
+    page = write_report([r for r in find_runs([str(runs_dir)], [str(logs)]) if r.name == "lr-1e-3"],
+                        runs_dir / "out")[-1].read_text()
+    table = page[page.index("Nodes (network check, compute time)"):]
+    rows = [re.sub(r"<[^>]+>", " ", row).split() for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]]
+    assert rows[:2] == [["1", "node1", "1.60", "1.50", "0.10", "12.0"], ["1", "node3", "0.01", "0.01", "0.20", "31.0", "2.6x"]]
+
+
 def test_best_loss_settings_and_nodes(sweep):
     runs_dir, logs = sweep
     runs = by_name(find_runs([str(runs_dir)], [str(logs)]))

@@ -109,6 +109,21 @@ def test_a_crash_blamed_on_a_node_takes_the_spare_at_once(spare_job, capsys):
            " node4 (crash) replaced by spare node5" in capsys.readouterr().out
 
 
+def test_a_crash_on_the_batch_node_is_requeued_not_given_to_a_spare(spare_job, capsys, monkeypatch):
+    """node1 runs the batch script and hosts the rendezvous (rank 0): a spare cannot take its place."""
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    slurm = Slurm(log="slurmgen: job 77\nsrun: error: node1: task 0: Exited with exit code 13\n")
+
+    def crash(now):
+        beats(spare_job.files, 0)
+        return 13 if now >= 1003 else None
+    runtime, _ = spare_job({"component_0": [crash], "component_1": [running]}, slurm=slurm)
+    assert runtime.main() == 0
+    assert "failure 1 (crash on node1): node1 runs the batch script and the rendezvous, which no spare can take" \
+           " over; requeueing instead" in capsys.readouterr().out
+    assert slurm.requeued == ["77"] and runtime.placement.free == ["node5"]
+
+
 def test_with_no_spare_left_the_job_is_requeued_without_the_node(spare_job, capsys):
     slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING", "node5": "DOWN"})
 

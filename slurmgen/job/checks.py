@@ -70,7 +70,10 @@ class Checks:
     def _stragglers(self) -> None:
         """Each straggler named once a run; exclude: the first whose node can be done without stops the run."""
         rule = self.spec.stragglers
-        for found in self.straggler_check():
+        named, compute = self.straggler_check()
+        if self.record.runs and compute:
+            self.record.runs[-1].compute = {host: round(seconds, 6) for host, seconds in compute.items()}
+        for found in named:
             if found.rank in self.run.stragglers:
                 continue
             self.run.stragglers.add(found.rank)

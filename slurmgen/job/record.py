@@ -64,6 +64,7 @@ class RunRecord:
     state: str = ""  # how it ended (runtime.State): finished, requeued, preempted or failed; restarted (--spares)
     network: dict = field(default_factory=dict)  # node -> [send GB/s, receive GB/s, latency ms] (the network check)
     stragglers: dict = field(default_factory=dict)  # node -> its ranks' compute time over the median's, when named
+    compute: dict = field(default_factory=dict)  # node -> its ranks' compute seconds per step, the last look
 
 
 @dataclass

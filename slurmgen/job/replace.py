@@ -28,6 +28,7 @@ class SpareRuntime(Runtime):
         self.placement = placement
         self.probes: dict = {}
         self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
+        self.batch_node = os.environ.get("SLURMD_NODENAME", "")  # this process's: component 0's first node
 
     def _start(self) -> list:
         """One step per part of each component (its own nodes, the spares it took)."""
@@ -73,7 +74,7 @@ class SpareRuntime(Runtime):
     def _leave_out_slow(self, slow: list[str]):
         """A slow node named before training: swapped for a spare (a slow spare just dropped), or as
         without spares when too few are left."""
-        swaps = self.placement.replace(set(slow))
+        swaps = None if self.batch_node in slow else self.placement.replace(set(slow))
         if swaps is None:
             return super()._leave_out_slow(slow)
         replaced = {old for old, _ in swaps}
@@ -90,7 +91,7 @@ class SpareRuntime(Runtime):
 
     def _can_leave_out(self, node: str) -> bool:
         free = len(self.record.failures) < self.spec.max_failures and self.placement.free
-        return bool(free and node in self.placement.nodes()) or super()._can_leave_out(node)
+        return bool(free and node in self.placement.nodes() and node != self.batch_node) or super()._can_leave_out(node)
 
     def _stop_steps(self) -> None:
         """TERM, then KILL STOP_SECONDS later, to the old steps' tasks; their sruns are ended too."""
@@ -110,10 +111,13 @@ class SpareRuntime(Runtime):
             return self._finish(State.FAILED, status)
         why, node, gone, _ = judged
         bad = set(retry.to_exclude(self.record.failures, list(gone))) | ({node} if node else set())
-        swaps = self.placement.replace(bad)
+        held = self.batch_node in bad  # its rank 0 hosts the rendezvous, and Slurm ends the job with it
+        swaps = None if held else self.placement.replace(bad)
         count, where = len(self.record.failures), f" on {node}" if node else ""
         if swaps is None:
-            say(f"slurmgen: failure {count} ({why}{where}): no spare node left; requeueing instead")
+            said = f"{self.batch_node} runs the batch script and the rendezvous, which no spare can take over" \
+                if held else "no spare node left"
+            say(f"slurmgen: failure {count} ({why}{where}): {said}; requeueing instead")
             return self._finish(State.REQUEUED, 0) if self._requeue_without(*judged) else self._finish(State.FAILED, status)
         replaced = {old for old, _ in swaps}
         self.record.excluded = sorted(set(self.record.excluded) | replaced)

@@ -37,7 +37,7 @@ class Runtime(Checks):
                  slurm_api=slurm, nodes: Optional[list[str]] = None, straggler_check: Optional[Callable] = None):
         self.spec, self.steps, self.clock, self.sleep = spec, steps, clock, sleep
         self.hang_check, self.slurm, self.nodes = hang_check, slurm_api, nodes or []
-        self.straggler_check = straggler_check  # () -> [stragglers.Straggler]
+        self.straggler_check = straggler_check  # () -> ([stragglers.Straggler], {node: compute seconds})
         self.files = spec.files
         self.record = JobRecord()
         self.run = Run()

@@ -37,5 +37,16 @@ def slow_ranks(beats: dict[int, Beat], ratio: float) -> list[Straggler]:
     return found
 
 
-def look(folder: Path, ratio: float) -> list[Straggler]:
-    return slow_ranks(read_beats(folder), ratio)
+def node_figures(beats: dict[int, Beat]) -> dict[str, float]:
+    """Each node's compute time per step: the median of its ranks' (those with a figure)."""
+    by_node: dict[str, list[float]] = {}
+    for b in beats.values():
+        if b.compute:
+            by_node.setdefault(b.host, []).append(b.compute)
+    return {host: statistics.median(values) for host, values in sorted(by_node.items())}
+
+
+def look(folder: Path, ratio: float) -> tuple[list[Straggler], dict[str, float]]:
+    """The stragglers now, and each node's compute time (for the job record and the report)."""
+    beats = read_beats(folder)
+    return slow_ranks(beats, ratio), node_figures(beats)

@@ -169,8 +169,24 @@ def run_html(run: Run) -> str:
                 for k, s in enumerate(c.interruptions, 1)]
         parts += ["<h4>Interruptions (from progress.jsonl; give --logs for their causes)</h4>",
                   _table(head, body, "cards interruptions")]
+    parts += node_figures(c.starts)
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def node_figures(starts) -> list[str]:
+    """Per run of the job and node: the network check's figures and the compute time per step, the
+    stragglers marked (from the job runtime's record)."""
+    head = ["run", "node", "send GB/s", "receive GB/s", "latency ms", "compute ms/step", "straggler"]
+    body = []
+    for k, s in enumerate(starts, 1):
+        for node in sorted(set(s.network) | set(s.compute)):
+            net = s.network.get(node)
+            cells = [f"{v:.2f}" for v in net] if net else [NONE] * 3
+            body.append(_tr(head, [(str(k), True), (node, False), *((c, True) for c in cells),
+                                   (f"{s.compute[node] * 1e3:.1f}" if node in s.compute else NONE, True),
+                                   (f"{s.stragglers[node]:.1f}x" if node in s.stragglers else "", False)]))
+    return ["<h4>Nodes (network check, compute time)</h4>", _table(head, body, "cards nodes")] if body else []
 
 
 def best_text(run: Run) -> str:

@@ -61,6 +61,9 @@ class Start:
     stop_step: Optional[int] = None      # "checkpoint saved at step S" at its end
     cause: str = ""                      # why the run before this one ended ("" for a job's first run)
     seconds: Optional[float] = None      # allocated: from the runtime's start of the run to its end
+    network: dict = field(default_factory=dict)     # node -> [send GB/s, receive GB/s, latency ms] (network check)
+    compute: dict = field(default_factory=dict)     # node -> compute seconds per step (straggler watch)
+    stragglers: dict = field(default_factory=dict)  # node -> its ratio to the median, when named
 
 
 @dataclass
@@ -115,19 +118,20 @@ def read_log(path: Path) -> Optional[JobLog]:
         return None
     for before, after in zip(log.starts, log.starts[1:]):
         after.cause = after.cause or before.ended or "unknown"
-    _allocated(log)
+    _from_record(log)
     return log
 
 
-def _allocated(log: JobLog) -> None:
-    """Each run's allocated seconds, from the job runtime's record beside the log (its runs, in the
-    order the log starts them); left unknown when the two do not pair up."""
+def _from_record(log: JobLog) -> None:
+    """Each run's allocated seconds and node figures, from the job runtime's record beside the log
+    (its runs, in the order the log starts them); left unknown when the two do not pair up."""
     for job in dict.fromkeys(s.job for s in log.starts):
         runs = JobRecord.load(JobFiles.of(log.path.parent, job).record).runs
         starts = [s for s in log.starts if s.job == job]
         if len(runs) == len(starts):
             for start, run in zip(starts, runs):
                 start.seconds = run.ended - run.started if run.ended >= run.started > 0 else None
+                start.network, start.compute, start.stragglers = run.network, run.compute, run.stragglers
 
 
 def _read_line(log: JobLog, line: str) -> None:

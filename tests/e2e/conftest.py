@@ -15,6 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "tests" / "localcluster.sh"
 STATE = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 BIN = Path(sys.executable).parent
+# The network check (on by default for every multi-node job) imports torch on every node, about 8 s
+# of this machine's two cores per job: it runs where a test asks for it (--net-check, which wins
+# as the later flag): the reference SFT job, the spares and the slow nodes' jobs; bench/net_check.py
+# measures it over healthy runs.
+NET_CHECK_OFF = ["--no-net-check"]
 OFFLINE = ["--env", "HF_HUB_OFFLINE=1", "--env", "HF_DATASETS_OFFLINE=1",
            "--env", "TOKENIZERS_PARALLELISM=false"]
 
@@ -66,7 +71,7 @@ def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True
     starts), poll until the job ends."""
     script = workdir / "job.sh"
     cmd = [str(BIN / "slurmgen"), "render", "-o", str(script), "--log-dir", str(workdir / "logs"),
-           "--cpus-per-gpu", "2", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *args,
+           "--cpus-per-gpu", "2", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args,
            "--", *train_args]
     subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
     job_id = slurm_helpers.submit(script, cwd=submit_dir)
@@ -101,7 +106,7 @@ def sft_reference(cluster, assets, tmp_path_factory):
     work = workdir / "work"
     work.mkdir()
     (work / "train.py").write_text('raise SystemExit("the user\'s train.py ran instead of train.sft")\n')
-    return render_and_submit(workdir, ["--nodes", "4", "--gpus", "1,1,2,2"],
+    return render_and_submit(workdir, ["--nodes", "4", "--gpus", "1,1,2,2", "--net-check"],
                              sft_args(assets, workdir, steps=REFERENCE_STEPS, **REFERENCE_ARGS), submit_dir=work)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import BIN, render_and_submit
+from tests.e2e.conftest import BIN, NET_CHECK_OFF, render_and_submit
 from tests.e2e.test_fault_tolerance import wait_with_nudges
 
 HOLD = """#!/bin/bash
@@ -20,7 +20,7 @@ sleep 600
 
 
 def render(tmp_path: Path, *args):
-    return subprocess.run([str(BIN / "slurmgen"), "render", "-o", str(tmp_path / "job.sh"), "--cpus-per-gpu", "2",
+    return subprocess.run([str(BIN / "slurmgen"), "render", "-o", str(tmp_path / "job.sh"), "--cpus-per-gpu", "2", *NET_CHECK_OFF,
                            "--log-dir", str(tmp_path / "logs"), *args], capture_output=True, text=True, cwd=tmp_path)
 
 

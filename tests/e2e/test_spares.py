@@ -48,7 +48,7 @@ def first_step_after(run_dir, moment: float) -> float:
 
 def test_a_killed_node_is_replaced_by_the_spare_without_a_requeue(spare_node, assets, tmp_path):
     steps = 20
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.3"],
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--net-check", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.3"],
                                ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
     wait_progress(job_id, tmp_path / "run", 7)
     held = slurm_helpers.job_info(job_id)

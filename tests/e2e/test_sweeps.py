@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
-from tests.e2e.conftest import BIN, OFFLINE, REPO, sft_args
+from tests.e2e.conftest import BIN, NET_CHECK_OFF, OFFLINE, REPO, sft_args
 from tests.e2e.test_fault_tolerance import ddp_args
 
 
 def render(workdir: Path, args, train_args) -> subprocess.CompletedProcess:
     cmd = [str(BIN / "slurmgen"), "render", "-o", str(workdir / "job.sh"), "--log-dir", str(workdir / "logs"),
-           "--cpus-per-gpu", "1", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *args, "--", *train_args]
+           "--cpus-per-gpu", "1", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args, "--", *train_args]
     done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done
