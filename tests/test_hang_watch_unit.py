@@ -187,6 +187,13 @@ def test_watch_shows_hang_and_retry_lines_as_they_come(tmp_path):
     with log.open("a") as fh:
         fh.write("ne\nslurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2\n")
     assert events.new(records) == ["slurmgen: the last run of job 7 ended when node3 became DOWN+NOT_RESPONDING: failure 2"]
+    with log.open("a") as fh:  # slow nodes (the network check, the straggler watch), not their table
+        fh.write("slurmgen: network check of 4 node(s) (gloo) took 7.5 s:\n  node   rank  send GB/s\n"
+                 "slurmgen: slow link: node3: 0.01 GB/s sending against a median of 0.78 GB/s (below 0.5 of it)\n"
+                 "slurmgen: straggler: rank 2 on node3: 2.5x the median compute time per step over the last 50 steps\n")
+    assert events.new(records) == [
+        "slurmgen: slow link: node3: 0.01 GB/s sending against a median of 0.78 GB/s (below 0.5 of it)",
+        "slurmgen: straggler: rank 2 on node3: 2.5x the median compute time per step over the last 50 steps"]
 
 
 def test_the_report_of_a_thousand_ranks_is_a_few_lines_and_names_the_odd_ones():

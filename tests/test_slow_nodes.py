@@ -198,3 +198,16 @@ def test_without_the_window_nothing_is_timed():
     env = {k: v for k, v in os.environ.items() if k != "SLURMGEN_STRAGGLER_WINDOW"}
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True).stdout.split() == ["False", "None"]
+
+
+def test_the_submit_path_refuses_to_exclude_stragglers_in_one_line():
+    import pytest
+
+    from slurmgen.plan.slow_nodes import SlowNodes
+    from slurmgen.plan.spec import JobSpec as Request
+    from slurmgen.plan.words import SpecError
+    from slurmgen.submit import parameters
+
+    with pytest.raises(SpecError, match=r"^--straggler-action exclude: python -m slurmgen.submit watches for hangs,"
+                                        r" not stragglers, and runs no network check; use slurmgen render$"):
+        parameters.check_submittable(Request(gpus=(1,), slow_nodes=SlowNodes(straggler_action="exclude")))

@@ -39,6 +39,9 @@ def check_submittable(spec: JobSpec) -> None:
     if spec.spares:
         raise SpecError(f"--spares {spec.spares}: python -m slurmgen.submit keeps no spare nodes (its retries"
                         " submit again); use slurmgen render")
+    if spec.slow_nodes.straggler_action != "warn":
+        raise SpecError(f"--straggler-action {spec.slow_nodes.straggler_action}: python -m slurmgen.submit watches for"
+                        " hangs, not stragglers, and runs no network check; use slurmgen render")
     if spec.prep:
         raise SpecError("--prep: not on python -m slurmgen.submit yet; use slurmgen render")
     if spec.log_name != DEFAULT_LOG_NAME:
