@@ -64,6 +64,19 @@ def test_a_plain_loop_beats_at_every_optimizer_step(hf_cache, tmp_path):
     assert (tmp_path / "beats" / "stack-0").exists()  # the hang watch's stack dump is registered
 
 
+def test_with_the_straggler_watch_the_beat_carries_the_loops_compute_time(hf_cache, tmp_path):
+    """SLURMGEN_STRAGGLER_WINDOW (the job runtime sets it): the same plain loop's forward passes are
+    timed, and once 5 optimizer steps filled the window each beat carries their mean."""
+    (tmp_path / "train.py").write_text("WHOSE = 'the user'\n")
+    (tmp_path / "loop.py").write_text(LOOP)
+    run = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=hooked_env(hf_cache, tmp_path, RANK="0", SLURMGEN_BEAT_SECONDS="0",
+                                        SLURMGEN_STRAGGLER_WINDOW="5"))
+    assert run.returncode == 0, run.stderr
+    rank, step, _, _, _, word, seconds = beat(tmp_path)
+    assert (rank, step, word) == ("0", "9", "compute") and 0 < float(seconds) < 0.1, beat(tmp_path)
+
+
 def test_not_a_rank_and_hooks_off_write_nothing(hf_cache, tmp_path):
     """torchrun's agent (no RANK) gets no stack file; without the heartbeat folder nothing is written."""
     (tmp_path / "train.py").write_text("WHOSE = 'the user'\n")

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from slurmgen import contract
 from slurmgen.job import hangs, retry, slurm
 from slurmgen.job.checks import Checks, say
-from slurmgen.job.record import CRASH, HANG, NODE, NODE_LEVEL, SLOW, Failure, JobRecord, RunRecord
+from slurmgen.job.record import CRASH, HANG, NODE, NODE_LEVEL, PREFLIGHT, SLOW, Failure, JobRecord, RunRecord
 from slurmgen.job.states import JobSpec, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
@@ -197,8 +197,9 @@ class Runtime(Checks):
         if gone:
             why, node = NODE, sorted(gone)[0]
         node = self.slurm.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
-        # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start.
-        if not gone and why not in NODE_LEVEL[1:] and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
+        # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start
+        # and a node that preflight or the network check found wanting.
+        if not gone and why not in (PREFLIGHT, SLOW) and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
             say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
                 " likely happen again", err=True)
             return None
