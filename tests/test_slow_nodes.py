@@ -41,6 +41,28 @@ def test_the_node_whose_every_transfer_is_slow_is_named_not_its_neighbours():
     assert "all-reduce: 4 KB 1.0 ms, 32 MB 80.0 ms (bus bandwidth 0.63 GB/s)" in found.lines[-2]
 
 
+def test_the_measurement_runs_as_the_nodes_run_it_and_judges_a_healthy_loopback(tmp_path):
+    """net_measure.py as the job's step runs it (python -c SOURCE FIRST WORLD, one task per node),
+    three processes on this machine over gloo: one line each, every link measured, nothing named."""
+    from pathlib import Path
+
+    from tests.train_fixtures import free_port
+
+    source = (Path(net_check.__file__).parent / "net_measure.py").read_text()
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TORCH_CPP_LOG_LEVEL="ERROR")
+    procs = [subprocess.Popen([sys.executable, "-c", source, "0", "3"], stdout=subprocess.PIPE, text=True,
+                              env={**env, "SLURM_PROCID": str(r), "SLURMD_NODENAME": f"node{r + 1}"}) for r in range(3)]
+    out = "".join(p.communicate(timeout=120)[0] for p in procs)
+    assert [p.returncode for p in procs] == [0, 0, 0], out
+    (tmp_path / "check.log").write_text(out)
+    reports = net_check.read(tmp_path / "check.log")
+    assert sorted(r["host"] for r in reports) == ["node1", "node2", "node3"]
+    assert all(r["backend"] == "gloo" and r["from_before"][1] > 0 and r["from_following"][1] > 0 for r in reports)
+    assert [size for size, _ in reports[0]["all_reduce_ms"]][:2] == [4096, 262144]
+    found = net_check.verdict(reports, 3, 0.1, 0, 3.0)
+    assert found.slow == [] and len(found.figures) == 3, found.lines
+
+
 def test_a_healthy_spread_and_two_nodes_raise_no_alarm():
     assert net_check.verdict(ring({"a": 1.6, "b": 0.9, "c": 1.2, "d": 1.0}), 4, 0.5, 0, 5.0).slow == []
     two = net_check.verdict(ring({"a": 1.6, "b": 0.01}), 2, 0.5, 1.0, 5.0)  # the ratio cannot tell: only a floor

@@ -45,11 +45,12 @@ def transfer(buf, send_to, recv_from):
     out = buf.clone()
     dist.barrier()
     began = time.perf_counter()
-    reqs = [dist.isend(buf, send_to), dist.irecv(out, recv_from)]
-    reqs[1].wait()
+    # One batch: with NCCL, a send and a receive issued apart could each wait for the other (two nodes)
+    send, receive = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, send_to), dist.P2POp(dist.irecv, out, recv_from)])
+    receive.wait()
     sync()
     took = time.perf_counter() - began
-    reqs[0].wait()
+    send.wait()
     return took
 
 
