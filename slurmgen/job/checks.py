@@ -71,7 +71,7 @@ class Checks:
         """Each straggler named once a run; exclude: the first whose node can be done without stops the run."""
         rule = self.spec.stragglers
         named, compute = self.straggler_check()
-        if self.record.runs and compute:
+        if self.record.runs and compute:  # saved with the run's next state (not a write per look)
             self.record.runs[-1].compute = {host: round(seconds, 6) for host, seconds in compute.items()}
         for found in named:
             if found.rank in self.run.stragglers:
@@ -90,7 +90,7 @@ class Checks:
                 self.run.leave_out, self.run.warned_at = found.host, self.clock()
                 self.files.stop.touch()
                 self._enter(State.CHECKPOINTING)
-        self._save()
+            self._save()
 
     def _can_leave_out(self, node: str) -> bool:
         """Whether a retry without node may run: a failure left to count, and the layout fits without it."""
