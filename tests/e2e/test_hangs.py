@@ -379,11 +379,14 @@ def test_a_users_trainer_script_is_watched_retried_and_checkpointed_at_the_warni
     assert job.state == "COMPLETED", log[-6000:]
     assert "failure 1 of at most 2 (hang on node3): requeueing" in log, log[-6000:]
     assert "failure 2 of at most 2 (crash on node4): requeueing" in log, log[-6000:]
-    # The warning's checkpoint (the ranks stopped after the hang may have saved one too, at SIGTERM)
-    warned = log.split("slurmgen: time limit or preemption warning")[1]
-    saved = re.findall(r"stop requested, saved checkpoint at step (\d+)", warned)[0]
+    # The warning's checkpoint, in the run that had the warning (the ranks stopped after the hang may
+    # have saved one too, at SIGTERM). Rank 0's line and the runtime's come from two processes: rank
+    # 0 may see the stop file and save before the runtime's next look says so.
+    runs = re.split(r"(?m)^slurmgen: job \d+ \(restart ", log)
+    warned = next(i for i, run in enumerate(runs) if "slurmgen: time limit or preemption warning" in run)
+    saved = re.findall(r"stop requested, saved checkpoint at step (\d+)", runs[warned])[-1]
     assert (tmp_path / "run" / f"checkpoint-{saved}" / "slurmgen_complete").is_file()
-    assert re.findall(r"resuming from \S+/checkpoint-(\d+)", warned) == [saved], log[-6000:]
+    assert re.findall(r"resuming from \S+/checkpoint-(\d+)", "".join(runs[warned + 1:])) == [saved], log[-6000:]
     assert set(range(1, steps + 1)) <= set(progress_steps(tmp_path / "run")), log[-4000:]
     assert "Total train batch size (w. parallel, distributed & accumulation) = 12" in log
 
