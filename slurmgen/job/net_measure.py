@@ -4,8 +4,10 @@ one process group on the job's MASTER_ADDR:MASTER_PORT with the job's backend (N
 visible, else gloo) and time
   * a ring of transfers in both directions, all nodes at once (each node sends one stream and
     receives one, as its link would in training), timed by the receiver: the best of a few
-    transfers of SIZE bytes (bandwidth) and of small ones (latency), per link;
-  * an all-reduce ladder from KB to tens of MB across every node (the job-wide figure).
+    transfers of SIZE bytes (bandwidth) and of small ones (latency), per link; over gloo (TCP)
+    also where the job's backend is NCCL (see `ring` below);
+  * an all-reduce ladder from KB to tens of MB across every node with the job's backend (the
+    job-wide figure).
 On a slow network it measures less (one try, the ladder cut short), so that it stays short.
 Each node prints one SLURMGEN_NETCHECK line of JSON that slurmgen.job.net_check judges.
 Standard library and torch only: the image may lack slurmgen."""
@@ -33,6 +35,10 @@ if cuda:
     torch.cuda.set_device(device)
 dist.init_process_group("nccl" if cuda else "gloo", init_method="tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
                         rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+# The ring over gloo (TCP on the interface gloo takes), whatever the job's backend: a transfer must be
+# timed by its receiver alone, and NCCL runs a send and a receive as one kernel (a batch), or could
+# deadlock them apart. The all-reduce ladder uses the job's own backend.
+ring = dist.new_group(backend="gloo") if cuda else dist.group.WORLD
 
 
 def sync():
@@ -41,14 +47,12 @@ def sync():
 
 
 def transfer(buf, send_to, recv_from):
-    """Seconds until this rank has its neighbour's buffer, every rank sending at once."""
+    """Seconds until this rank has its neighbour's buffer, every rank sending at once (over gloo)."""
     out = buf.clone()
-    dist.barrier()
+    dist.barrier(group=ring)
     began = time.perf_counter()
-    # One batch: with NCCL, a send and a receive issued apart could each wait for the other (two nodes)
-    send, receive = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, send_to), dist.P2POp(dist.irecv, out, recv_from)])
+    send, receive = dist.isend(buf, send_to, group=ring), dist.irecv(out, recv_from, group=ring)
     receive.wait()
-    sync()
     took = time.perf_counter() - began
     send.wait()
     return took
@@ -56,8 +60,8 @@ def transfer(buf, send_to, recv_from):
 
 def slowest(seconds):
     """The most any rank took: every rank decides alike whether to try again."""
-    t = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ring)
     return t.item()
 
 
@@ -72,8 +76,8 @@ def best_of(measure):
 
 def link(send_to, recv_from):
     """The incoming link from recv_from: (best latency in ms, best GB/s)."""
-    small = torch.zeros(1, device=device)
-    big = torch.zeros(SIZE // 4, device=device)
+    small = torch.zeros(1)
+    big = torch.zeros(SIZE // 4)
     latency = min(transfer(small, send_to, recv_from) for _ in range(PINGS))
     seconds = best_of(lambda: transfer(big, send_to, recv_from))
     return round(latency * 1e3, 3), round(SIZE / seconds / 1e9, 3)
@@ -114,3 +118,6 @@ report["seconds"] = round(time.perf_counter() - began, 2)
 dist.destroy_process_group()
 sys.stdout.write("SLURMGEN_NETCHECK " + json.dumps(report) + "\n")  # one write: every node appends to one file
 sys.stdout.flush()
+# Not through the interpreter's teardown, where torch's threads may abort a process that is done
+# ("terminate called without an active exception"; as train.program does)
+os._exit(0)
