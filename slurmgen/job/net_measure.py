@@ -33,8 +33,9 @@ cuda = torch.cuda.is_available()
 device = torch.device("cuda", 0) if cuda else torch.device("cpu")
 if cuda:
     torch.cuda.set_device(device)
-dist.init_process_group("nccl" if cuda else "gloo", init_method="tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
-                        rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+address = "tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+dist.init_process_group("nccl" if cuda else "gloo", init_method=address, rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=120))
 # The ring over gloo (TCP on the interface gloo takes), whatever the job's backend: a transfer must be
 # timed by its receiver alone, and NCCL runs a send and a receive as one kernel (a batch), or could
 # deadlock them apart. The all-reduce ladder uses the job's own backend.
