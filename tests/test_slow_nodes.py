@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from slurmgen.job import net_check, stragglers
+from slurmgen.job import net_check, preflight, stragglers
 from slurmgen.job.hangs import Beat, read_beats
 from slurmgen.job.record import JobFiles
 from slurmgen.job.runtime import Runtime
@@ -55,7 +55,7 @@ def test_the_measurement_runs_as_the_nodes_run_it_and_judges_a_healthy_loopback(
     out = "".join(p.communicate(timeout=120)[0] for p in procs)
     assert [p.returncode for p in procs] == [0, 0, 0], out
     (tmp_path / "check.log").write_text(out)
-    reports = net_check.read(tmp_path / "check.log")
+    reports = preflight.read_reports(tmp_path / "check.log", net_check.TAG)
     assert sorted(r["host"] for r in reports) == ["node1", "node2", "node3"]
     assert all(r["backend"] == "gloo" and r["from_before"][1] > 0 and r["from_following"][1] > 0 for r in reports)
     assert [size for size, _ in reports[0]["all_reduce_ms"]][:2] == [4096, 262144]

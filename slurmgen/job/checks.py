@@ -22,11 +22,7 @@ class Checks:
         """None when training may start, else the job's exit status."""
         self._enter(State.PREFLIGHT)
         began = self.clock()
-        self.files.preflight.write_text("")
-        with open(self.files.preflight, "a") as log:  # appending, as each node's report must (O_APPEND)
-            procs = [self.steps.start("preflight_step", str(i), stdout=log) for i in range(len(self._groups()))]
-            for proc in procs:
-                proc.wait()
+        self._on_every_node("preflight_step", self.files.preflight, [[str(i)] for i in range(len(self._groups()))])
         nodes = self._node_count()
         found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes)
         for line in found.lines + [f"slurmgen: preflight of {nodes} node(s) took {self.clock() - began:.1f} s"]:
@@ -44,15 +40,12 @@ class Checks:
         """Every node's links timed (net_measure.py): None when training may start, else the job's exit status."""
         self._enter(State.PREFLIGHT)
         began, nodes, path = self.clock(), self._node_count(), self.files.folder / "net-check.log"
-        path.write_text("")
-        with open(path, "a") as log:  # appending, as each node's line must (O_APPEND)
-            firsts = [sum(self._groups()[:i]) for i in range(len(self._groups()))]
-            procs = [self.steps.start("net_check_step", str(i), str(first), str(nodes), stdout=log)
-                     for i, first in enumerate(firsts)]
-            for proc in procs:
-                proc.wait()
+        groups = self._groups()  # each group's first rank: the nodes before it
+        self._on_every_node("net_check_step", path,
+                            [[str(i), str(sum(groups[:i])), str(nodes)] for i in range(len(groups))])
         ratio, floor = self.spec.net_check
-        found = net_check.verdict(net_check.read(path), nodes, ratio, floor, self.clock() - began)
+        reports = preflight.read_reports(path, net_check.TAG)
+        found = net_check.verdict(reports, nodes, ratio, floor, self.clock() - began)
         for line in found.lines:
             say(line)
         if self.record.runs:
@@ -99,6 +92,15 @@ class Checks:
         info = self.slurm.job_info(self.spec.job)
         return self.slurm.fits_without(self.spec.layout, info.partition,
                                        sorted(set(info.user_excluded) | set(self.record.excluded) | {node}))
+
+    def _on_every_node(self, function: str, path, args_per_group: list[list[str]]) -> None:
+        """One step of FUNCTION per het group at once, every node's line appended to PATH (O_APPEND: each
+        node's one write lands whole), until all have ended."""
+        path.write_text("")
+        with open(path, "a") as log:
+            procs = [self.steps.start(function, *args, stdout=log) for args in args_per_group]
+            for proc in procs:
+                proc.wait()
 
     def _groups(self) -> list[int]:
         """Nodes per het group: the components', then the spares' where there are any."""

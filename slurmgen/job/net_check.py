@@ -9,10 +9,12 @@ every transfer has both at its ends, and which one is slow cannot be told."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from slurmgen.job import preflight
+
+TAG = "SLURMGEN_NETCHECK"  # net_measure.py's lines
 
 LATENCY_FLOOR_MS = 1.0  # a latency this much over the median at least, before it counts: small ones are noise
 
@@ -35,11 +37,6 @@ class Verdict:
     lines: list[str]  # for the job log: the table, and what is slow
     slow: list[str] = field(default_factory=list)  # nodes to leave out, the slowest first
     figures: list[NodeFigures] = field(default_factory=list)
-
-
-def read(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_NETCHECK ")]
 
 
 def figures(reports: list[dict]) -> list[NodeFigures]:
@@ -72,8 +69,7 @@ def verdict(reports: list[dict], nodes: int, ratio: float, floor_gbps: float, to
     lines = [f"slurmgen: network check of {nodes} node(s) ({backend}) took {took:.1f} s:"]
     rows = [("node", "rank", "send GB/s", "receive GB/s", "latency ms")]
     rows += [(f.host, str(f.rank), f"{f.send_gbps:.2f}", f"{f.receive_gbps:.2f}", f"{f.latency_ms:.2f}") for f in found]
-    widths = [max(map(len, column)) for column in zip(*rows)]
-    lines += ["  " + "  ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
+    lines += preflight.table(rows)
     ladder = min(reports, key=lambda r: r["rank"]).get("all_reduce_ms", []) if reports else []
     if ladder:
         lines.append("  all-reduce: " + ", ".join(f"{_size(b)} {ms:.1f} ms" for b, ms in ladder)

@@ -52,10 +52,17 @@ def precision(reports: list[dict]) -> tuple[str, str]:
     return choice, f"slurmgen: the job's GPUs differ in bf16 support ({nodes}): every rank trains in fp16"
 
 
-def read_reports(path) -> list[dict]:
-    """The SLURMGEN_PREFLIGHT lines every node's report wrote (node_report.py)."""
+def read_reports(path, tag: str = "SLURMGEN_PREFLIGHT") -> list[dict]:
+    """The JSON of the TAG lines every node wrote into one file: node_report.py's (SLURMGEN_PREFLIGHT),
+    net_measure.py's (SLURMGEN_NETCHECK)."""
     with open(path) as fh:
-        return [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith("SLURMGEN_PREFLIGHT ")]
+        return [json.loads(line.split(" ", 1)[1]) for line in fh if line.startswith(tag + " ")]
+
+
+def table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned lines for the job log, indented under the line that names them."""
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    return ["  " + "  ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,8 @@ class Verdict:
 def verdict(reports: list[dict], nodes: int) -> Verdict:
     found = problems(reports, nodes)
     if found:
-        rows = [("node", "what", "found", "expected")] + sorted(found)
-        widths = [max(map(len, column)) for column in zip(*rows)]
         lines = ["slurmgen: preflight failed; not starting training:"]
-        lines += ["  " + "  ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
+        lines += table([("node", "what", "found", "expected")] + sorted(found))
         hosts = {host for host, *_ in found}
         culprit = next(iter(hosts)) if len(hosts) == 1 and "(job)" not in hosts else ""
         return Verdict(False, lines, culprit)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from typing import Optional
 
 from slurmgen import contract
 from slurmgen.job import retry
@@ -74,18 +75,15 @@ class SpareRuntime(Runtime):
     def _leave_out_slow(self, slow: list[str]):
         """A slow node named before training: swapped for a spare (a slow spare just dropped), or as
         without spares when too few are left."""
-        swaps = None if self.batch_node in slow else self.placement.replace(set(slow))
+        swaps = self._swap(set(slow))
         if swaps is None:
             return super()._leave_out_slow(slow)
-        replaced = {old for old, _ in swaps}
-        self.record.excluded = sorted(set(self.record.excluded) | replaced)
-        self.nodes = [n for n in self.nodes if n not in replaced]
         self.record.open_run = self.nodes
         if self.record.runs:
             self.record.runs[-1].nodes = self.nodes
         for old, new in swaps:
             say(f"slurmgen: {old} replaced by spare {new} before training")
-        for spare in sorted(set(slow) - replaced):
+        for spare in sorted(set(slow) - {old for old, _ in swaps}):
             say(f"slurmgen: spare {spare} is slow: left idle for good")
         return None
 
@@ -111,21 +109,28 @@ class SpareRuntime(Runtime):
             return self._finish(State.FAILED, status)
         why, node, gone, _ = judged
         bad = set(retry.to_exclude(self.record.failures, list(gone))) | ({node} if node else set())
-        held = self.batch_node in bad  # its rank 0 hosts the rendezvous, and Slurm ends the job with it
-        swaps = None if held else self.placement.replace(bad)
+        swaps = self._swap(bad)
         count, where = len(self.record.failures), f" on {node}" if node else ""
         if swaps is None:
             said = f"{self.batch_node} runs the batch script and the rendezvous, which no spare can take over" \
-                if held else "no spare node left"
+                if self.batch_node in bad else "no spare node left"
             say(f"slurmgen: failure {count} ({why}{where}): {said}; requeueing instead")
             return self._finish(State.REQUEUED, 0) if self._requeue_without(*judged) else self._finish(State.FAILED, status)
-        replaced = {old for old, _ in swaps}
-        self.record.excluded = sorted(set(self.record.excluded) | replaced)
-        self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
         said = "".join(f"; {old} ({gone.get(old, why)}) replaced by spare {new}" for old, new in swaps)
         say(f"slurmgen: failure {count} of at most {self.spec.max_failures} ({why}{where}): restarting every"
             f" component inside the allocation from the newest checkpoint{said}")
         return self._relaunch()
+
+    def _swap(self, bad: set) -> Optional[list]:
+        """The bad nodes that run ranks swapped for spares, and out of the job for good (bad spares
+        dropped): (old, new) pairs; None, nothing changed, when the batch node is among them (its rank
+        0 hosts the rendezvous, and Slurm ends the job with it) or too few spares are left."""
+        swaps = None if self.batch_node in bad else self.placement.replace(bad)
+        if swaps:
+            replaced = {old for old, _ in swaps}
+            self.record.excluded = sorted(set(self.record.excluded) | replaced)
+            self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
+        return swaps
 
     def _relaunch(self) -> int:
         """The components again, on the placement as it is now: a fresh run of the same allocation."""
