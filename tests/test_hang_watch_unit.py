@@ -216,3 +216,18 @@ def test_the_report_of_a_thousand_ranks_is_a_few_lines_and_names_the_odd_ones():
     assert sections == ["rank 37 on node5", "ranks 0-36,38-1023 on node[1-128] (one stack for all 1023)"]
     assert "data.py" in report.split("--- rank 37 on node5 ---")[1].split("---")[0]
     assert len(report) < 2000 and "suspect node: node5" in report, report
+
+
+def test_a_stopped_rank_with_the_others_stack_still_has_its_own_section():
+    """Rank 3 stopped (SIGSTOP) inside the same all_reduce the others wait in: its stack reads like
+    theirs, but the report shows it on its own, as the summary names it (a CI run's report once
+    hid it in "ranks 0-5 (one stack for all 6)")."""
+    reduce = "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+    vs = views(*[(r, f"node{r // 2 + 1}", 6, "T" if r == 3 else "S", reduce) for r in range(6)])
+    texts = {v.rank: f'Thread 0x{v.rank:012x} (most recent call first):\n  File "/x/c10d.py", line 9 in all_reduce\n'
+             for v in vs}
+    lines, suspect = stacks.summarize(vs)
+    report = hangs.report_text("9", 13, 10, vs, texts, lines, suspect)
+    sections = re.findall(r"^--- (.*) ---$", report, re.M)
+    assert sections == ["rank 3 on node2", "ranks 0-2,4-5 on node[1-3] (one stack for all 5)"], report
+    assert suspect == "node2"

@@ -170,8 +170,9 @@ def report_text(job: str, idle: float, timeout: float, views, texts, lines, susp
         first = group[0]
         out.append(f"  {_who(group):<22} {hosts(v.host for v in group):<14} {first.step:<5} "
                    f"{first.state or '?':<5} {first.place or '?'}")
-    # One stack per kind: at a thousand ranks, the odd ones out and a few shared stacks.
-    for group in _alike(views, lambda v: _VOLATILE.sub("#", texts[v.rank])):
+    # One stack per kind: at a thousand ranks, the odd ones out and a few shared stacks. A stopped
+    # or exited rank keeps its own, even where it stopped inside the collective the others wait in.
+    for group in _alike(views, lambda v: (v.unusual_state, _VOLATILE.sub("#", texts[v.rank]))):
         where_ = f"{_who(group)} on {hosts(v.host for v in group)}"
         head = f"--- {where_} ---" if len(group) == 1 else f"--- {where_} (one stack for all {len(group)}) ---"
         out += ["", head, texts[group[0].rank].rstrip() or "(no stack)"]
