@@ -25,7 +25,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import socket
 import threading
 import time
 
@@ -87,7 +86,7 @@ def saving(allowance: float | None) -> None:
 def node_name() -> str:
     """Slurm's name for this node, which the job excludes and blames by; on many sites the host
     name differs (gpu012.cluster.example for gpu012)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename  # socket.gethostname(), without importing socket
 
 
 def beat(step: int) -> None:
