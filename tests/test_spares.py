@@ -49,6 +49,11 @@ class Steps:
             stdout.write("".join("SLURMGEN_PREFLIGHT " + json.dumps(r) + "\n" for r in self.reports.pop(0)))
             stdout.flush()
             return Proc(self.clock, lambda now: 0)
+        if function == "net_check_step":  # each group's nodes' lines, from self.net (ring(...) of test_slow_nodes)
+            first, count = int(args[1]), len(self.groups[int(args[0])])
+            stdout.write("".join("SLURMGEN_NETCHECK " + json.dumps(r) + "\n" for r in self.net[first:first + count]))
+            stdout.flush()
+            return Proc(self.clock, lambda now: 0)
         if function == "probe_step":
             status = self.probes.get(args[1], 0)
             return Proc(self.clock, lambda now: status)
@@ -61,11 +66,13 @@ def spare_job(tmp_path):
     files.folder.mkdir(parents=True)
     clock = Clock()
 
-    def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=()):
+    def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=(), net=()):
         components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
                       Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
-        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1, preflight=bool(reports))
+        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1, preflight=bool(reports),
+                       net_check=(0.5, 0.0) if net else None)
         steps = Steps(clock, behaviours, probes or {}, reports)
+        steps.net, steps.groups = list(net), groups
         runtime = SpareRuntime(spec, steps, Placement(LAYOUT, groups), clock=clock, sleep=clock.sleep,
                                slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g])
         return runtime, steps
@@ -182,3 +189,33 @@ def test_after_a_replacement_a_time_limit_warning_requeues_without_the_replaced_
     assert "replaced by spare node5" in out and "requeueing job 77 (restart 1 of at most 3)" in out, out
     assert slurm.requeued == ["77"] and slurm.excluded == ["node3"]
     assert [f.node for f in JobRecord.load(files.record).failures] == ["node3"]  # the warning is no failure
+
+
+def test_a_slow_link_found_before_training_is_swapped_for_the_spare(spare_job, capsys):
+    """The network check names node3: the spare takes its place before any training, no failure is
+    counted, no requeue; component 1 runs on node4 and the spare, with node3's ranks on the spare."""
+    from tests.test_slow_nodes import ring
+
+    slurm = Slurm()
+    runtime, steps = spare_job({"component_0": [exits(0, 1005)], "component_1": [exits(0, 1005), exits(0, 1005)]},
+                               slurm=slurm, net=ring({"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1,
+                                                      "node5": 1.4}))
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: slow link: node3" in out and "slurmgen: node3 replaced by spare node5 before training" in out
+    launches = [s for s in steps.started if s[0].startswith("component_")]
+    assert launches == [("component_0", "0", "2", "0", "0", "node1,node2"), ("component_1", "1", "1", "2", "2", "node4"),
+                        ("component_1", "2", "1", "3", "4", "node5")], launches
+    assert slurm.requeued == [] and runtime.record.failures == [] and runtime.record.excluded == ["node3"]
+    assert runtime.record.runs[-1].nodes == ["node1", "node2", "node4", "node5"]
+
+
+def test_a_slow_spare_is_left_idle_and_training_starts_on_the_job_s_own_nodes(spare_job, capsys):
+    from tests.test_slow_nodes import ring
+
+    runtime, steps = spare_job({"component_0": [exits(0, 1005)], "component_1": [exits(0, 1005)]},
+                               net=ring({"node1": 1.6, "node2": 1.5, "node3": 1.2, "node4": 1.1, "node5": 0.01}))
+    assert runtime.main() == 0
+    assert "slurmgen: spare node5 is slow: left idle for good" in capsys.readouterr().out
+    assert [s[:2] for s in steps.started if s[0].startswith("component_")] == [("component_0", "0"), ("component_1", "1")]
+    assert runtime.placement.free == []
