@@ -40,6 +40,7 @@ from slurmgen.job import hangs  # noqa: E402
 from tests import slurm_helpers  # noqa: E402
 
 CLUSTER = REPO / "tests" / "localcluster.sh"
+CLUSTER_DIR = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 BIN = Path(sys.executable).parent
 STEP_SECONDS = 0.5
 PROBE = """
@@ -139,6 +140,16 @@ def wait_until(what: str, check, timeout: float, poll: float = 0.2):
     raise SystemExit(f"bench/scale.py: {what} not within {timeout:g} s")
 
 
+def batch_launched(job: str) -> float:
+    """When the batch node's slurmd launched the batch script, to the millisecond (its log line);
+    Slurm's StartTime counts whole seconds, as much as the whole start at 4 nodes."""
+    log = CLUSTER_DIR / "log" / "slurmd-node1.log"
+    for line in log.read_text(errors="replace").splitlines():
+        if f"] Launching batch job {job} " in line:
+            return time.mktime(time.strptime(line[1:20], "%Y-%m-%dT%H:%M:%S")) + float(line[20:24])
+    raise SystemExit(f"bench/scale.py: no 'Launching batch job {job}' in {log}")
+
+
 def log_of(marks: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in (marks / "logs").glob("*.out"))
 
@@ -151,7 +162,8 @@ def hung_job(work: Path, nodes: int, hang_timeout: int) -> dict:
     wait_until("every rank running", lambda: len(list(marks.glob("start-*"))) == ranks or None, 600)
     info = slurm_helpers.job_info(job)
     began = slurm_helpers.slurm_time(info["StartTime"])
-    running = max(float(p.read_text()) for p in marks.glob("start-*")) - began
+    last = max(float(p.read_text()) for p in marks.glob("start-*"))
+    running, from_batch = last - began, last - batch_launched(job)
     pid = runtime_pid(job)
     peak = cpu = 0.0
     # ops per step: 10 s of beats, once every rank's first publication is in
@@ -178,7 +190,7 @@ def hung_job(work: Path, nodes: int, hang_timeout: int) -> dict:
         raise SystemExit(f"bench/scale.py: the hang report does not name rank {victim}:\n{log_of(marks)[-3000:]}")
     preflight = next((line.split(" took ")[1].split()[0] for line in log_of(marks).splitlines()
                       if line.startswith("slurmgen: preflight of ")), "?")
-    return {"start": running, "preflight": preflight, "hang": report.stat().st_mtime - stopped,
+    return {"start": running, "from_batch": from_batch, "preflight": preflight, "hang": report.stat().st_mtime - stopped,
             "report": report.stat().st_size, "peak_mb": peak, "cpu_s": cpu, "ops_per_step": per_step,
             "ranks": ranks}
 
@@ -204,12 +216,12 @@ def measure(nodes: int, hang_timeout: int, work: Path) -> dict:
     return row
 
 
-HEADER = ("nodes", "ranks", "start s", "preflight s", "fail s", "hang s", "report KB", "runtime MB", "runtime CPU s",
+HEADER = ("nodes", "ranks", "start s", "from batch s", "preflight s", "fail s", "hang s", "report KB", "runtime MB", "runtime CPU s",
           "ops/step", "ops/step/node")
 
 
 def line(row: dict) -> str:
-    cells = (row["nodes"] if LAUNCHER["launcher"] == "srun" else f"{row['nodes']} (torchrun)", row["ranks"], f"{row['start']:.1f}", row["preflight"], f"{row['fail']:.1f}",
+    cells = (row["nodes"] if LAUNCHER["launcher"] == "srun" else f"{row['nodes']} (torchrun)", row["ranks"], f"{row['start']:.1f}", f"{row['from_batch']:.1f}", row["preflight"], f"{row['fail']:.1f}",
              f"{row['hang']:.1f}", f"{row['report'] / 1024:.1f}", f"{row['peak_mb']:.0f}", f"{row['cpu_s']:.1f}",
              f"{row['ops_per_step']:.1f}", f"{row['ops_per_step'] / row['nodes']:.2f}")
     return "| " + " | ".join(map(str, cells)) + " |"
@@ -222,7 +234,7 @@ def main() -> None:
     parser.add_argument("--launcher", choices=("srun", "torchrun"), default="srun")
     args = parser.parse_args()
     LAUNCHER["launcher"] = args.launcher
-    layout = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster")) / "layout"
+    layout = CLUSTER_DIR / "layout"
     before = dict(l.split("=", 1) for l in layout.read_text().splitlines() if "=" in l) \
         if slurm_helpers.cluster_available()[0] else None
     print("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER), flush=True)

@@ -91,17 +91,8 @@ class SpareRuntime(Runtime):
         free = len(self.record.failures) < self.spec.max_failures and self.placement.free
         return bool(free and node in self.placement.nodes() and node != self.batch_node) or super()._can_leave_out(node)
 
-    def _stop_steps(self) -> None:
-        """TERM, then KILL STOP_SECONDS later, to the old steps' tasks; their sruns are ended too."""
-        procs = [p for _, _, p in self.run.steps if p is not None]
-        self.slurm.signal_steps(self.spec.job)
-        deadline = self.clock() + STOP_SECONDS
-        while any(p.poll() is None for p in procs) and self.clock() < deadline:
-            self.sleep(0.5)
-        if any(p.poll() is None for p in procs):
-            self.slurm.kill_steps(self.spec.job)
-            for proc in procs:
-                proc.kill()
+    def _stop_steps(self, wait: float = STOP_SECONDS) -> None:
+        super()._stop_steps(wait)  # sooner: the spare's launch waits for the old steps to end
 
     def _failed(self, status: int) -> int:
         judged = self._judge(self.run.why, self.run.suspect, self._lost())

@@ -254,17 +254,19 @@ class Runtime(Checks):
                     self._enter(State.FAILING)
         return running
 
-    def _stop_steps(self) -> None:
-        """TERM to the steps' tasks (through Slurm, else to each srun), KILL 30 s later."""
+    def _stop_steps(self, wait: float = STOP_TASKS_SECONDS) -> None:
+        """TERM to the steps' tasks (through Slurm, else to each srun), KILL to those left after WAIT
+        seconds (their steps through Slurm, and each srun)."""
         procs = [p for _, _, p in self.run.steps if p is not None]
         if not self.slurm.signal_steps(self.spec.job):
             for proc in procs:
                 proc.terminate()
-        deadline = self.clock() + STOP_TASKS_SECONDS
+        deadline = self.clock() + wait
         while any(p.poll() is None for p in procs) and self.clock() < deadline:
-            self.sleep(1)
-        for proc in procs:
-            if proc.poll() is None:
+            self.sleep(0.5)
+        if any(p.poll() is None for p in procs):
+            self.slurm.kill_steps(self.spec.job)
+            for proc in procs:
                 proc.kill()
 
     def _finish(self, state: State, status: int) -> int:
