@@ -208,7 +208,7 @@ def test_a_hang_stops_the_job_and_retries_it_without_waiting_to_settle(job, caps
     slurm = Slurm()
     looks = []
 
-    def hang_check():
+    def hang_check(**_):  # given the beats the runtime read
         beats(job.files, 0)  # the ranks had begun
         looks.append(job.clock.now)
         return (["rank 3 on node3 is stuck"], "node3") if job.clock.now >= 1020 else None

@@ -154,7 +154,7 @@ def test_a_straggler_with_exclude_stops_the_run_at_a_checkpoint_and_requeues_wit
     behaviour = stops_with("stopped 40")
     behaviour.folder = tmp_path
     rt = runtime(tmp_path, {"component_0": behaviour, "component_1": behaviour},
-                 straggler_check=lambda: ([stragglers.Straggler(2, "node3", 3.1)], {"node1": 0.01, "node3": 0.031}), slurm=slurm,
+                 straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {"node1": 0.01, "node3": 0.031}), slurm=slurm,
                  stragglers=StragglerRule(2.0, 10, "exclude"))
     assert rt.main() == 0 and rt.run.state == State.REQUEUED
     out = capsys.readouterr().out
@@ -167,7 +167,7 @@ def test_a_straggler_with_exclude_stops_the_run_at_a_checkpoint_and_requeues_wit
 
 def test_a_straggler_with_warn_is_named_once_and_training_goes_on(tmp_path, capsys):
     rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
-                 straggler_check=lambda: ([stragglers.Straggler(2, "node3", 3.1)], {}),
+                 straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {}),
                  stragglers=StragglerRule(2.0, 10, "warn"))
     assert rt.main() == 0 and rt.run.state == State.FINISHED
     assert capsys.readouterr().out.count("slurmgen: straggler: rank 2 on node3") == 1
@@ -175,7 +175,7 @@ def test_a_straggler_with_warn_is_named_once_and_training_goes_on(tmp_path, caps
 
 def test_a_straggler_whose_node_cannot_be_left_out_is_only_named(tmp_path, capsys):
     rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
-                 straggler_check=lambda: ([stragglers.Straggler(2, "node3", 3.1)], {}), slurm=Slurm(fits=False),
+                 straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {}), slurm=Slurm(fits=False),
                  stragglers=StragglerRule(2.0, 10, "exclude"))
     assert rt.main() == 0 and rt.run.state == State.FINISHED
     assert "slurmgen: straggler: training on with node3" in capsys.readouterr().out

@@ -60,10 +60,10 @@ class Checks:
         say(f"slurmgen: training on {slow[0]} all the same")
         return None
 
-    def _stragglers(self) -> None:
+    def _stragglers(self, beats: dict) -> None:
         """Each straggler named once a run; exclude: the first whose node can be done without stops the run."""
         rule = self.spec.stragglers
-        named, compute = self.straggler_check()
+        named, compute = self.straggler_check(beats=beats)
         if self.record.runs and compute:  # saved with the run's next state (not a write per look)
             self.record.runs[-1].compute = {host: round(seconds, 6) for host, seconds in compute.items()}
         for found in named:

@@ -56,7 +56,7 @@ def group_nodes(groups: int) -> list[list[str]]:
 
 
 def stragglers_of(spec: JobSpec):
-    return partial(stragglers.look, spec.files.beats, spec.stragglers.ratio) if spec.stragglers else None
+    return partial(stragglers.look, spec.stragglers.ratio) if spec.stragglers else None
 
 
 def main(argv: list[str]) -> int:
@@ -75,8 +75,8 @@ def main(argv: list[str]) -> int:
         return Runtime(spec, Steps(spec.files.launch), hang_check=watch, nodes=job_nodes(),
                        straggler_check=stragglers_of(spec)).main()
     placement = Placement(spec.layout, group_nodes(len(spec.components) + 1))
-    watch = lambda: hangs.check(spec.files.beats, spec.hang_timeout, spec.world_size, report,  # noqa: E731
-                                placement.dump_groups(), spec.job)
+    watch = lambda beats: hangs.check(spec.files.beats, spec.hang_timeout, spec.world_size, report,  # noqa: E731
+                                      placement.dump_groups(), spec.job, beats=beats)
     return SpareRuntime(spec, Steps(spec.files.launch), placement, hang_check=watch, nodes=job_nodes(),
                         straggler_check=stragglers_of(spec)).main()
 

@@ -203,11 +203,11 @@ def nccl_note(report: Path, job: str) -> str:
 
 def check(folder: Path, timeout: float, world: int, report: Path, groups: list[tuple],
           job: str, since: float = 0.0, outside: bool = False,
-          say=print) -> Optional[tuple[list[str], Optional[str]]]:
-    """One look at the heartbeats (those older than ``since``, a previous run's, do not count).
-    On a hang: the stacks, the report appended, the summary printed; returns (summary lines,
-    suspect node). None while every rank advances."""
-    beats = {r: b for r, b in read_beats(folder).items() if b.time >= since}
+          say=print, beats: Optional[dict[int, Beat]] = None) -> Optional[tuple[list[str], Optional[str]]]:
+    """One look at the heartbeats (``beats``, read from ``folder`` where not given; those older than
+    ``since``, a previous run's, do not count). On a hang: the stacks, the report appended, the
+    summary printed; returns (summary lines, suspect node). None while every rank advances."""
+    beats = {r: b for r, b in (read_beats(folder) if beats is None else beats).items() if b.time >= since}
     now = time.time()
     stuck = stuck_ranks(beats, world, now, timeout)
     if not stuck:

@@ -37,7 +37,7 @@ class Runtime(Checks):
                  slurm_api=slurm, nodes: Optional[list[str]] = None, straggler_check: Optional[Callable] = None):
         self.spec, self.steps, self.clock, self.sleep = spec, steps, clock, sleep
         self.hang_check, self.slurm, self.nodes = hang_check, slurm_api, nodes or []
-        self.straggler_check = straggler_check  # () -> ([stragglers.Straggler], {node: compute seconds})
+        self.straggler_check = straggler_check  # (beats) -> ([stragglers.Straggler], {node: compute seconds})
         self.files = spec.files
         self.record = JobRecord()
         self.run = Run()
@@ -101,12 +101,13 @@ class Runtime(Checks):
             now = self.clock()
             if run.state == State.TRAINING and now >= next_look:
                 next_look = now + self._hang_poll()
-                found = self.hang_check() if spec.hang_timeout and self.hang_check else None
+                beats = hangs.read_beats(self.files.beats)  # one read for both watches
+                found = self.hang_check(beats=beats) if spec.hang_timeout and self.hang_check else None
                 if found is not None:  # hung ranks do not end by themselves: no settle time
                     run.why, run.suspect, run.status, run.failed_at = HANG, found[1] or "", 1, now - spec.settle
                     self._enter(State.FAILING)
                 elif spec.stragglers and self.straggler_check:
-                    self._stragglers()
+                    self._stragglers(beats)
             if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
                 if running:
                     say("slurmgen: stopping the components still running", err=True)

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
-from slurmgen.job.hangs import Beat, read_beats
+from slurmgen.job.hangs import Beat
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,6 @@ def node_figures(beats: dict[int, Beat]) -> dict[str, float]:
     return {host: statistics.median(values) for host, values in sorted(by_node.items())}
 
 
-def look(folder: Path, ratio: float) -> tuple[list[Straggler], dict[str, float]]:
+def look(ratio: float, beats: dict[int, Beat]) -> tuple[list[Straggler], dict[str, float]]:
     """The stragglers now, and each node's compute time (for the job record and the report)."""
-    beats = read_beats(folder)
     return slow_ranks(beats, ratio), node_figures(beats)
