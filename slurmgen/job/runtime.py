@@ -259,14 +259,16 @@ class Runtime(Checks):
         """TERM to the steps' tasks (through Slurm, else to each srun), KILL to those left after WAIT
         seconds (their steps through Slurm, and each srun)."""
         procs = [p for _, _, p in self.run.steps if p is not None]
-        if not self.slurm.signal_steps(self.spec.job):
+        answered = self.slurm.signal_steps(self.spec.job)
+        if not answered:
             for proc in procs:
                 proc.terminate()
         deadline = self.clock() + wait
         while any(p.poll() is None for p in procs) and self.clock() < deadline:
             self.sleep(0.5)
         if any(p.poll() is None for p in procs):
-            self.slurm.kill_steps(self.spec.job)
+            if answered:  # where no controller answers, squeue would only wait for it
+                self.slurm.kill_steps(self.spec.job)
             for proc in procs:
                 proc.kill()
 
