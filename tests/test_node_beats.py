@@ -120,3 +120,34 @@ def test_the_last_beat_before_a_hang_is_published(tmp_path):
         rank.wait()
     assert sorted(hangs.read_beats(shared)) == [0, 1]
     assert hangs.read_beats(shared)[1].step == 7
+
+
+LEAVES = """
+import os, signal, time
+from train import heartbeat
+for step in range(1, 4):
+    heartbeat.beat(step)
+    time.sleep(0.05)
+if os.environ["RANK"] == os.environ.get("KILLED_RANK"):
+    os.kill(os.getpid(), signal.SIGKILL)  # as a rank killed outright: no exit of its own
+time.sleep(0.2 * int(os.environ["RANK"]))  # the node's ranks leave one after another
+"""
+
+
+def test_the_node_folder_goes_with_the_node_s_last_rank(tmp_path):
+    """Three ranks of a node exit normally: the last one removes the node folder from the node's
+    /tmp (a job leaves nothing there), publishing every rank's last beat first. With one rank
+    killed outright, nobody knows it is the last: the folder stays."""
+    for killed in ("", "1"):
+        shared, node_tmp = tmp_path / f"beats{killed}", tmp_path / f"tmp{killed}"
+        shared.mkdir()
+        node_tmp.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="b", TMPDIR=str(node_tmp),
+                   SLURMD_NODENAME="node2", PYTHONPATH=str(REPO), LOCAL_WORLD_SIZE="3", KILLED_RANK=killed)
+        ranks = [subprocess.Popen([sys.executable, "-c", LEAVES], env={**env, "RANK": str(r)}) for r in range(3)]
+        assert [p.wait(timeout=60) for p in ranks] == ([0, 0, 0] if not killed else [0, -9, 0])
+        left = sorted(p.name for p in node_tmp.iterdir())
+        assert left == ([] if not killed else ["b-node2"]), left
+        if not killed:  # the last rank published every rank's last beat before it went
+            assert {r: b.step for r, b in hangs.read_beats(shared).items()} == {0: 3, 1: 3, 2: 3}

@@ -22,8 +22,10 @@ Without the variable (another launcher, a unit test) all of this does nothing.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
+import shutil
 import signal
 import threading
 import time
@@ -39,6 +41,7 @@ _stack_file = None  # kept open: faulthandler writes to its file descriptor
 _save_allowance: float | None = None  # while a save runs (train.saves)
 _first_fetch = True  # for the test hook's STEP "first"
 _node_folder: str | None = None  # node_folder(): "" once known to be none
+_folder_owner = 0  # the process that made _node_folder (a forked child must not leave it)
 _next_publish = 0.0  # this rank publishes its node's beats no sooner
 _published_phase = ""  # the save phase of this rank's last beat that was published
 _trailing: threading.Thread | None = None  # _publish_trailing, started at the first beat
@@ -139,7 +142,7 @@ def _publish_trailing(local: str, folder: str) -> None:
 def node_folder() -> str | None:
     """This node's folder of beats (made on first use), or None where the job names none (a
     container, another launcher) or it cannot be made."""
-    global _node_folder
+    global _node_folder, _folder_owner
     if _node_folder is None:
         name = os.environ.get(contract.NODE_BEATS_ENV, "")
         # The node's name too: nodes that share a /tmp (a test cluster on one machine) keep apart.
@@ -148,10 +151,43 @@ def node_folder() -> str | None:
             if not name or os.sep in name:
                 raise OSError(name)
             os.makedirs(path, exist_ok=True)
-            _node_folder = path
+            _node_folder, _folder_owner = path, os.getpid()
+            atexit.register(leave)  # the entry points, which end with os._exit, call it themselves
         except OSError:
             _node_folder = ""
     return _node_folder or None
+
+
+def leave() -> None:
+    """This rank is done: its mark in the node folder, and the node's last rank to leave removes
+    the folder, so that a job leaves nothing in the nodes' /tmp (a rank killed outright leaves it,
+    a few small files). The node's rank count is LOCAL_WORLD_SIZE (both launchers set it); without
+    it nothing is removed. A rank still running keeps its beat: its line must not go."""
+    global _node_folder
+    local, path = os.environ.get("LOCAL_WORLD_SIZE", ""), _node_folder
+    if not path or os.getpid() != _folder_owner or not local.isdigit():
+        return
+    _node_folder = ""  # once; later beats go straight to the shared folder
+    try:
+        open(os.path.join(path, f"left-{rank()}"), "w").close()
+        if sum(1 for e in os.scandir(path) if e.name.startswith("left-")) < int(local):
+            return
+        if os.environ.get(HEARTBEAT_DIR_ENV):  # every rank's last beat, not only those of 2 s ago
+            _publish(path, os.environ[HEARTBEAT_DIR_ENV], time.time(), urgent=True)
+        # Under the publication lock, so that no publisher (a thread of a rank still exiting) reads
+        # a half-removed folder and sends the shared folder a node file short of some ranks' lines.
+        lock = os.path.join(path, "published.lock")
+        for _ in range(100):  # a publication takes milliseconds; a dead rank's lock is let be
+            try:
+                os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                break
+            except FileExistsError:
+                time.sleep(0.01)
+        gone = f"{path}.left-{os.getpid()}"
+        os.rename(path, gone)  # from here a publisher finds no folder, and publishes nothing
+        shutil.rmtree(gone, ignore_errors=True)
+    except OSError:  # another rank of the node removed it first
+        pass
 
 
 def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:

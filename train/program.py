@@ -37,6 +37,7 @@ def exit_after(main: Callable[[list[str] | None], Any]) -> NoReturn:
     exceptions leave the normal way.
     """
     main(sys.argv[1:])
+    heartbeat.leave()  # os._exit skips atexit
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

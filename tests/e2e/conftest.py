@@ -65,6 +65,15 @@ class JobRun:
     def metrics(self, run="run"):
         return json.loads((self.workdir / run / "metrics.json").read_text())
 
+    @property
+    def left_on_nodes(self) -> list[str]:
+        """The job's node beat folders still in the nodes' /tmp (one /tmp for all nodes here)."""
+        return left_on_nodes(self.job_id)
+
+
+def left_on_nodes(job_id: str) -> list[str]:
+    return sorted(str(p) for p in Path("/tmp").glob(f"slurmgen-beats-{job_id}-*"))
+
 
 def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True, submit_dir=REPO):
     """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable` in submit_dir (where the job

@@ -56,6 +56,7 @@ def test_sft_on_uneven_nodes(sft_reference):
     assert [p.name for p in (job.workdir / "run").glob("checkpoint-*")] == [f"checkpoint-{REFERENCE_STEPS}"]
     assert "master node1:" in job.log
     assert "Traceback" not in job.log and "Error waiting on exit barrier" not in job.log
+    assert job.left_on_nodes == []  # each node's last rank took the node's beat folder along
 
 
 @pytest.mark.timeout(600)
@@ -101,6 +102,7 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
         "--batch_size", "4", "--lr", "3e-3"])
     assert job.state == "COMPLETED", job.log
     assert_layout(job.metrics())
+    assert job.left_on_nodes == []
 
 
 @pytest.fixture

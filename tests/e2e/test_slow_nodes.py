@@ -106,6 +106,7 @@ def test_a_node_with_a_slow_link_is_named_and_the_job_trains_without_it(spare_no
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     assert len(ranks) == 6 and {r["world"] for r in ranks} == {6}, ranks
     assert {r["node"] for r in ranks} == {"node1", "node2", "node4", "node5"}, ranks
+    assert job.left_on_nodes == []  # a plain script's ranks too (the rank hooks, at exit)
 
 
 def test_a_healthy_run_raises_no_alarm_then_a_throttled_node_is_named_and_replaced(spare_node, assets, tmp_path):
