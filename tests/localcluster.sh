@@ -1027,6 +1027,8 @@ cmd_down() {
     restore_conf
     [[ -n ${SLURM_PREFIX:-} && -L $SLURM_PREFIX/etc/slurm.conf ]] && rm -f "$SLURM_PREFIX/etc/slurm.conf"
     rm -rf "$RUN" "$STATE/spool" "$LAYOUT" "$STATE"/munge-node*
+    # the nodes' /tmp is this machine's: node beat folders of ranks that were killed outright
+    rm -rf "${TMPDIR:-/tmp}"/slurmgen-beats-*
     say "down (logs kept in $STATE/log)"
 }
 
@@ -1150,7 +1152,9 @@ cmd_node_slow() {
             ip netns exec "$PREFIX-$name" tc qdisc replace dev eth0 root tbf rate "$value" burst 64kb latency 500ms
             say "$name: link at $value both ways" ;;
         cpu)
-            [[ $value =~ ^[0-9]+$ ]] && (( value >= 1 )) || die "node-slow $name cpu wants a percentage of one CPU (got '$value')"
+            if ! [[ $value =~ ^[0-9]+$ ]] || (( value < 1 )); then
+                die "node-slow $name cpu wants a percentage of one CPU (got '$value')"
+            fi
             mkdir -p "$CPU_CGROUP/$PREFIX-$name"
             echo 100000 >"$CPU_CGROUP/$PREFIX-$name/cpu.cfs_period_us"
             echo $((value * 1000)) >"$CPU_CGROUP/$PREFIX-$name/cpu.cfs_quota_us"

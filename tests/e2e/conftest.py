@@ -67,12 +67,11 @@ class JobRun:
 
     @property
     def left_on_nodes(self) -> list[str]:
-        """The job's node beat folders still in the nodes' /tmp (one /tmp for all nodes here)."""
-        return left_on_nodes(self.job_id)
-
-
-def left_on_nodes(job_id: str) -> list[str]:
-    return sorted(str(p) for p in Path("/tmp").glob(f"slurmgen-beats-{job_id}-*"))
+        """The job's node beat folders still in the nodes' /tmp (one /tmp for all nodes here). Job
+        ids start again with each new cluster: a folder older than the job is another job's."""
+        started = slurm_helpers.slurm_time(self.info["StartTime"]) - 1  # StartTime counts whole seconds
+        return sorted(str(p) for p in Path("/tmp").glob(f"slurmgen-beats-{self.job_id}-*")
+                      if p.stat().st_mtime >= started)
 
 
 def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True, submit_dir=REPO):
