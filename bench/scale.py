@@ -23,11 +23,8 @@ up, else leaves it down). tests/e2e/test_scale.py runs the 16-node line in the s
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -38,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from slurmgen.job import hangs  # noqa: E402
 from tests import slurm_helpers  # noqa: E402
+from tests.dir_events import DirEvents  # noqa: E402
 
 CLUSTER = REPO / "tests" / "localcluster.sh"
 CLUSTER_DIR = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
@@ -88,26 +86,6 @@ def submit(work: Path, nodes: int, hang_timeout: int, *extra: str) -> tuple[str,
                     "--max-failures", "0", "--no-net-check", "--setup", f"source {BIN / 'activate'}", *extra, "--", str(marks)],
                    check=True, capture_output=True, text=True, cwd=work)
     return slurm_helpers.submit(script, cwd=work), marks
-
-
-class Creations:
-    """Entries created in or moved into one folder (inotify), counted."""
-
-    def __init__(self):
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
-        self.count = 0
-
-    def watch(self, folder: Path) -> None:
-        assert self.libc.inotify_add_watch(self.fd, str(folder).encode(), 0x100 | 0x80) >= 0, folder
-
-    def drain(self) -> int:
-        while select.select([self.fd], [], [], 0)[0]:
-            data, offset = os.read(self.fd, 65536), 0
-            while offset < len(data):
-                offset += 16 + struct.unpack_from("iIII", data, offset)[3]
-                self.count += 1
-        return self.count
 
 
 def runtime_pid(job: str) -> int | None:
@@ -168,12 +146,11 @@ def hung_job(work: Path, nodes: int, hang_timeout: int) -> dict:
     peak = cpu = 0.0
     # ops per step: 10 s of beats, once every rank's first publication is in
     wait_until("every rank's beat", lambda: len(hangs.read_beats(beats)) == ranks or None, 60)
-    ops = Creations()
-    ops.watch(beats)
+    ops = DirEvents(beats)
     first = min(b.step for b in hangs.read_beats(beats).values())
     time.sleep(10)
     steps = min(b.step for b in hangs.read_beats(beats).values()) - first
-    per_step = ops.drain() / max(steps, 1)
+    per_step = len(ops.drain()) / max(steps, 1)
     # one rank on the last node stopped
     victim = max(r for r, b in hangs.read_beats(beats).items() if b.host == f"node{nodes}")
     os.kill(hangs.read_beats(beats)[victim].pid, signal.SIGSTOP)

@@ -5,10 +5,7 @@ with inotify: the shared folder sees a publication every PUBLISH_SECONDS, not tw
 per rank and step, and the hang watch reads every rank from the node's file."""
 from __future__ import annotations
 
-import ctypes
 import os
-import select
-import struct
 import subprocess
 import sys
 import time
@@ -16,6 +13,7 @@ from pathlib import Path
 
 from slurmgen import contract
 from slurmgen.job import hangs
+from tests.dir_events import DirEvents
 
 REPO = Path(__file__).resolve().parents[1]
 RANKS, STEPS, STEP_SECONDS = 8, 60, 0.05
@@ -31,31 +29,11 @@ for step in range(1, {steps} + 1):
 """
 
 
-class Events:
-    """Entries created in or moved into one folder (inotify), counted by name."""
-
-    def __init__(self, folder: Path):
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
-        assert self.fd >= 0 and self.libc.inotify_add_watch(self.fd, str(folder).encode(), 0x100 | 0x80) >= 0
-        self.names: list[str] = []
-
-    def drain(self) -> list[str]:
-        while select.select([self.fd], [], [], 0.1)[0]:
-            data, offset = os.read(self.fd, 65536), 0
-            while offset < len(data):
-                _, _, _, length = struct.unpack_from("iIII", data, offset)
-                offset += 16
-                self.names.append(data[offset:offset + length].rstrip(b"\0").decode())
-                offset += length
-        return self.names
-
-
 def test_a_node_publishes_its_ranks_beats_at_a_bounded_rate(tmp_path):
     shared, node_tmp = tmp_path / "beats", tmp_path / "node1-tmp"
     shared.mkdir()
     node_tmp.mkdir()
-    events = Events(shared)
+    events = DirEvents(shared)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="slurmgen-beats-7-0-1", TMPDIR=str(node_tmp),
                SLURMD_NODENAME="node1", PYTHONPATH=str(REPO))

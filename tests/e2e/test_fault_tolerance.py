@@ -23,13 +23,10 @@ on the nudge. Runs each test once; the whole file takes about 6 to 7 minutes.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
-import select
 import signal
-import struct
 import subprocess
 import time
 import uuid
@@ -38,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests import slurm_helpers
+from tests.dir_events import DirEvents
 from tests.e2e.conftest import (REFERENCE_ARGS, REFERENCE_STEPS, JobRun, assert_exact_resume, assert_same_weights,
                                 render_and_submit, sft_args)
 
@@ -195,47 +193,6 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
     return saved
 
 
-# --------------------------------------------------------------------------- inotify
-_IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
-_EVENT = struct.Struct("iIII")
-
-
-class DirWatch:
-    """Names created in (or moved into) one directory, as they happen (Linux inotify)."""
-
-    def __init__(self, path: Path):
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        self.add(path)
-
-    def add(self, path: Path) -> None:
-        """Watch one more directory (events from every watched directory count)."""
-        if self.libc.inotify_add_watch(self.fd, str(path).encode(), _IN_CREATE | _IN_MOVED_TO) < 0:
-            raise OSError(ctypes.get_errno(), f"inotify_add_watch {path}")
-
-    def wait_for(self, name: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.fd], [], [], min(1.0, deadline - time.monotonic()))
-            if not ready:
-                continue
-            data = os.read(self.fd, 65536)
-            offset = 0
-            while offset < len(data):
-                _, _, _, length = _EVENT.unpack_from(data, offset)
-                offset += _EVENT.size
-                created = data[offset:offset + length].rstrip(b"\0").decode()
-                offset += length
-                if created == name:
-                    return True
-        return False
-
-    def close(self):
-        os.close(self.fd)
-
-
 # ----------------------------------------------------------------------------- tests
 # Slurm checks time limits every 30 s and sends the warning early rather than late: it arrives
 # GRACE to GRACE + 30 s before the limit, here 60 to 90 s after the start. train.sft reaches its
@@ -360,7 +317,7 @@ def test_kill_during_checkpoint_save_resumes_from_previous(sft_reference, assets
     steps, every = 12, 4
     run = tmp_path / "run"
     run.mkdir()
-    watch = DirWatch(run)
+    watch = DirEvents(run)
     args, tag = tagged([*UNEVEN, "--max-failures", "0"])
     train_args = sft_args(assets, tmp_path, steps=steps, **{**REFERENCE_ARGS, "save_steps": every})
     job_id = render_and_submit(tmp_path, [*args, "--env", f"SLURMGEN_TEST_SAVE_SLEEP={2 * every}:120"], train_args,
