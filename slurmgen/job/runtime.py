@@ -101,12 +101,13 @@ class Runtime(Checks):
             now = self.clock()
             if run.state == State.TRAINING and now >= next_look:
                 next_look = now + self._hang_poll()
-                beats = hangs.read_beats(self.files.beats)  # one read for both watches
-                found = self.hang_check(beats=beats) if spec.hang_timeout and self.hang_check else None
+                hangs_on, stragglers_on = spec.hang_timeout and self.hang_check, spec.stragglers and self.straggler_check
+                beats = hangs.read_beats(self.files.beats) if hangs_on or stragglers_on else {}  # one read for both
+                found = self.hang_check(beats=beats) if hangs_on else None
                 if found is not None:  # hung ranks do not end by themselves: no settle time
                     run.why, run.suspect, run.status, run.failed_at = HANG, found[1] or "", 1, now - spec.settle
                     self._enter(State.FAILING)
-                elif spec.stragglers and self.straggler_check:
+                elif stragglers_on:
                     self._stragglers(beats)
             if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
                 if running:
