@@ -54,8 +54,10 @@ class Steps:
             stdout.write("".join("SLURMGEN_NETCHECK " + json.dumps(r) + "\n" for r in self.net[first:first + count]))
             stdout.flush()
             return Proc(self.clock, lambda now: 0)
-        if function == "probe_step":
+        if function == "probe_step":  # a status, None (no answer), or a list of behaviours, one per probe
             status = self.probes.get(args[1], 0)
+            if isinstance(status, list):
+                return Proc(self.clock, status.pop(0))
             return Proc(self.clock, lambda now: status)
         return Proc(self.clock, self.behaviours[function].pop(0) if self.behaviours[function] else running)
 
@@ -66,15 +68,15 @@ def spare_job(tmp_path):
     files.folder.mkdir(parents=True)
     clock = Clock()
 
-    def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=(), net=()):
+    def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=(), net=(), hang_check=None):
         components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
                       Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
         spec = JobSpec("77", files, 6, components, settle=10.0, spares=1, preflight=bool(reports),
-                       net_check=(0.5, 0.0) if net else None)
+                       net_check=(0.5, 0.0) if net else None, hang_timeout=20.0 if hang_check else 0)
         steps = Steps(clock, behaviours, probes or {}, reports)
         steps.net, steps.groups = list(net), groups
         runtime = SpareRuntime(spec, steps, Placement(LAYOUT, groups), clock=clock, sleep=clock.sleep,
-                               slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g])
+                               slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g], hang_check=hang_check)
         return runtime, steps
     make.files, make.clock = files, clock
     return make
@@ -101,6 +103,49 @@ def test_a_lost_node_is_replaced_and_training_restarts_inside_the_allocation(spa
     saved = JobRecord.load(files.record)
     assert slurm.requeued == [] and saved.state == "finished" and saved.excluded == ["node3"]
     assert [r.state for r in saved.runs] == ["restarted", "finished"] and [f.node for f in saved.failures] == ["node3"]
+
+
+class Cancelling(Slurm):
+    """A controller that answers: the stop's TERM goes to every step of the job, probes included."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.signalled_at = None
+
+    def signal_steps(self, job):
+        self.signalled_at = self.signalled_at or 1.0
+        return True
+
+
+def test_a_probe_cancelled_by_the_runtimes_own_stop_is_asked_again_not_taken_for_a_lost_node(spare_job, capsys):
+    """A hang is stopped at once, while the probes it started are still being launched: the stop's
+    scancel reaches node1's probe too, which fails (the cancel seen before the probe's exit). node1
+    runs the batch script: taken for lost, it would turn the spare's restart into a requeue
+    (tests/e2e/test_spares.py saw it once in five CI runs)."""
+    slurm = Cancelling()
+
+    def cancelled_by_the_stop(now):
+        return 143 if slurm.signalled_at else None
+
+    hung = []
+
+    def hang_check(**_):  # rank 3 stops at 1020, in the first run only
+        beats(spare_job.files, 0, 1, 2, 3)
+        if spare_job.clock.now < 1020 or hung:
+            return None
+        hung.append(spare_job.clock.now)
+        return ["rank 3 on node3 is stuck"], "node3"
+    runtime, steps = spare_job({"component_0": [running, exits(0, 1100)],
+                                "component_1": [running, exits(0, 1100), exits(0, 1100)]},
+                               probes={"node1": [cancelled_by_the_stop, lambda now: 0]}, slurm=slurm,
+                               hang_check=hang_check)
+    assert runtime.main() == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: probing node1 again: the stop of the old steps may have cancelled the first probe" in out, out
+    assert "(hang on node3): restarting every component inside the allocation from the newest checkpoint;" \
+           " node3 (hang) replaced by spare node5" in out, out
+    assert slurm.requeued == [] and runtime.record.excluded == ["node3"]
+    assert [s[2] for s in steps.started if s[0] == "probe_step"].count("node1") == 2
 
 
 def test_a_crash_blamed_on_a_node_takes_the_spare_at_once(spare_job, capsys):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 from slurmgen import contract
@@ -21,6 +22,30 @@ from slurmgen.job.states import Run, State
 
 PROBE_SECONDS = 10  # a node that has not started a probe step by then counts as lost
 STOP_SECONDS = 5  # TERM to the old steps' tasks, then KILL: a step with a lost node never ends by itself
+
+
+FAILED = "no step started"
+
+
+@dataclass
+class Probe:
+    began: float
+    proc: object  # the probe's srun
+    crossed: bool = False  # still running when the runtime signalled the job's steps
+
+
+def _answers(probes: dict, clock, sleep) -> dict:
+    """Each probed node's answer: "" (it started the step), FAILED, or no answer in PROBE_SECONDS."""
+    answers = {}
+    for node, probe in probes.items():
+        while probe.proc.poll() is None and clock() < probe.began + PROBE_SECONDS:
+            sleep(0.2)
+        if probe.proc.poll() is None:
+            probe.proc.kill()
+            answers[node] = f"no step started in {PROBE_SECONDS} s"
+        else:
+            answers[node] = FAILED if probe.proc.poll() != 0 else ""
+    return answers
 
 
 class SpareRuntime(Runtime):
@@ -41,26 +66,27 @@ class SpareRuntime(Runtime):
             self.probes = self._probe()
         super()._enter(state)
 
-    def _probe(self) -> dict:
-        """A step of nothing on every node that holds ranks or may: started at once, one per node."""
+    def _probe(self, nodes: Optional[list] = None) -> dict:
+        """A step of nothing on every node that holds ranks or may (or on NODES): started at once, one
+        per node."""
         held = {n: g for i in range(len(self.spec.components)) for g, n in self.placement.held[i]}
         held.update({n: self.placement.spare_group for n in self.placement.free})
         began = self.clock()
-        return {node: (began, self.steps.start("probe_step", str(group), node)) for node, group in held.items()}
+        return {node: Probe(began, self.steps.start("probe_step", str(group), node))
+                for node, group in held.items() if nodes is None or node in nodes}
 
     def _lost(self) -> dict:
-        """Nodes whose probe failed, or did not answer within PROBE_SECONDS: node -> why."""
-        lost = {}
-        for node, (began, proc) in self.probes.items():
-            while proc.poll() is None and self.clock() < began + PROBE_SECONDS:
-                self.sleep(0.2)
-            if proc.poll() is None:
-                proc.kill()
-                lost[node] = f"no step started in {PROBE_SECONDS} s"
-            elif proc.poll() != 0:
-                lost[node] = "no step started"
+        """Nodes whose probe failed, or did not answer within PROBE_SECONDS: node -> why. A probe that
+        failed after the runtime signalled the job's steps was most likely cancelled by that signal
+        (scancel reaches every step of the job, probes included): its node is asked again, now that
+        no stop is under way, and judged by that answer."""
+        lost = _answers(self.probes, self.clock, self.sleep)
+        again = [node for node, why in lost.items() if why == FAILED and self.probes[node].crossed]
+        if again:
+            say(f"slurmgen: probing {','.join(again)} again: the stop of the old steps may have cancelled the first probe")
+            lost.update(_answers(self._probe(again), self.clock, self.sleep))
         self.probes = {}
-        return lost
+        return {node: why for node, why in lost.items() if why}
 
     def _warned(self):
         """25.11 signals the batch script when a node is lost: with spares that is a failure to
@@ -92,6 +118,8 @@ class SpareRuntime(Runtime):
         return bool(free and node in self.placement.nodes() and node != self.batch_node) or super()._can_leave_out(node)
 
     def _stop_steps(self, wait: float = STOP_SECONDS) -> None:
+        for probe in self.probes.values():  # the stop's signal reaches them too: see _lost
+            probe.crossed = probe.crossed or probe.proc.poll() is None
         super()._stop_steps(wait)  # sooner: the spare's launch waits for the old steps to end
 
     def _failed(self, status: int) -> int:
