@@ -1,3 +1,4 @@
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,21 @@ def render_args(monkeypatch):
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason: str):
+    """A test that cannot run here is skipped with the reason, except under CI=true, where everything
+    it needs is installed: there the skip would hide a missing install step, so it fails."""
+    if in_ci():
+        pytest.fail(f"CI=true, yet {reason}")
+    pytest.skip(reason)
+
+
+def need(module: str):
+    """The module, imported; skipped where it is missing, except under CI=true (see skip_or_fail)."""
+    if in_ci():
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
 
 
 def cluster_profile() -> str:

@@ -127,12 +127,14 @@ def test_master_port_is_one_formula_for_scripts_and_tasks():
     from slurmgen.job.runtime import RUNTIME
     from slurmgen.plan.launch import job_port, job_port_settings
 
-    for port_range in ((20000, 29999), (31000, 31007)):
-        for job_id in (1, 7, 10_007, 123_456_789):
+    # the expected ports worked out by hand: low + job id modulo the range's size
+    expected = {(20000, 29999): {1: 20001, 7: 20007, 10_007: 20007, 123_456_789: 26789},
+                (31000, 31007): {1: 31001, 7: 31007, 10_007: 31007, 123_456_789: 31005}}
+    for port_range, ports in expected.items():
+        for job_id, port in ports.items():
             shell = subprocess.run(["bash", "-c", f"{job_port_settings(port_range)}; source {RUNTIME}; job_port"],
                                    env={"SLURM_JOB_ID": str(job_id)}, capture_output=True, text=True)
-            assert int(shell.stdout) == job_port(str(job_id), port_range)
-            assert port_range[0] <= job_port(str(job_id), port_range) <= port_range[1]
+            assert int(shell.stdout) == job_port(str(job_id), port_range) == port, (port_range, job_id)
 
 
 def test_exclusive_whole_nodes_for_every_component(render_args):

@@ -2,7 +2,6 @@
 with real jobs: plain, het, failing, cancelled, requeued, and TCP between nodes.
 
 Skipped with the reason when no cluster answers, except with CI=true where that is a failure."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import time
 import pytest
 
 from tests import slurm_helpers as sh
+from tests.conftest import skip_or_fail
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +18,7 @@ def nodes():
     """{node name: GPU count} of the running cluster."""
     ok, reason = sh.cluster_available()
     if not ok:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but the Slurm cluster is not available: {reason}")
-        pytest.skip(f"no Slurm cluster: {reason}")
+        skip_or_fail(f"no Slurm cluster: {reason}")
     out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True,
                          check=True).stdout
     layout = {}
@@ -120,7 +118,7 @@ def _het_layout_ok(nodes):
 @pytest.mark.cluster
 def test_het_job_components_and_gpus(nodes, tmp_path):
     if not _het_layout_ok(nodes):
-        pytest.skip(f"needs two 1-GPU and two 2-GPU nodes (layout {nodes})")
+        skip_or_fail(f"needs two 1-GPU and two 2-GPU nodes (layout {nodes})")
     job_id, result, out = run(tmp_path, """
         #SBATCH --nodes=2 --gres=gpu:1
         #SBATCH hetjob
@@ -142,7 +140,7 @@ def test_het_job_components_and_gpus(nodes, tmp_path):
 @pytest.mark.cluster
 def test_one_task_per_gpu_follows_the_gpu_counts(nodes, tmp_path):
     if sorted(nodes.values()) != [1, 1, 2, 2]:
-        pytest.skip(f"needs the 1,1,2,2 layout (layout {nodes})")
+        skip_or_fail(f"needs the 1,1,2,2 layout (layout {nodes})")
     _, result, out = run(tmp_path, """
         srun bash -c 'echo $(hostname) $SLURM_LOCALID $CUDA_VISIBLE_DEVICES'
     """, "-N4", "-n6", "--gpus-per-task=1")
@@ -157,7 +155,7 @@ def test_one_task_per_gpu_follows_the_gpu_counts(nodes, tmp_path):
 @pytest.mark.cluster
 def test_tcp_between_nodes(nodes, tmp_path):
     if len(nodes) < 2:
-        pytest.skip("needs two nodes")
+        skip_or_fail("needs two nodes")
     server = tmp_path / "tcp.py"
     server.write_text(textwrap.dedent("""
         import os, socket, sys, time
@@ -202,7 +200,7 @@ def test_wait_job_times_out_with_the_job_text_then_cancel(nodes, tmp_path):
 @pytest.mark.cluster
 def test_requeued_het_job_restarts_after_a_nudge(nodes, tmp_path):
     if len([n for n, g in nodes.items() if g >= 1]) < 2:
-        pytest.skip("needs two GPU nodes")
+        skip_or_fail("needs two GPU nodes")
     path = script(tmp_path, """
         #SBATCH --nodes=1 --gres=gpu:1 --requeue --open-mode=append
         #SBATCH hetjob

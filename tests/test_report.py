@@ -8,6 +8,7 @@ import pytest
 
 from slurmgen.observe.report import ReportError, find_runs, rank, terminal_table
 from slurmgen.observe.report_html import write_report
+from tests.conftest import need
 
 pytestmark = pytest.mark.unit
 
@@ -138,12 +139,12 @@ def test_terminal_table_lists_every_run_in_rank_order(sweep):
 
 
 def png_pixels(path):
-    image = pytest.importorskip("matplotlib.image").imread(path)
+    image = need("matplotlib.image").imread(path)
     return image.reshape(-1, image.shape[-1])
 
 
 def test_write_report_writes_a_self_contained_page_with_two_real_plots(sweep, tmp_path):
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     out = tmp_path / "report"
     written = write_report(find_runs([str(sweep)]), out)
     assert sorted(p.name for p in written) == ["loss.png", "report.html", "throughput.png"]
@@ -165,7 +166,9 @@ def test_write_report_without_tokens_or_losses(tmp_path):
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps({"global_step": 0, "train_loss": None}))
     written = write_report(find_runs([str(run)]), tmp_path / "out")
+    assert sorted(p.name for p in written) == ["loss.png", "report.html", "throughput.png"]
     assert all(p.stat().st_size > 0 for p in written)
+    assert "bare" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_values_from_files_are_html_escaped(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from slurmgen.observe.report import ReportError, find_runs, terminal_table
 from slurmgen.observe.report_html import write_report
-from tests.conftest import in_ci
+from tests.conftest import need, skip_or_fail
 
 pytestmark = pytest.mark.unit
 
@@ -314,9 +314,7 @@ def test_values_from_logs_are_escaped(tmp_path):
 def chromium():
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        if in_ci():
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
-        pytest.skip("no chromium on PATH (apt-get install chromium)")
+        skip_or_fail("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
     return found
 
 
@@ -330,8 +328,8 @@ def screenshot(browser, page: Path, png: Path, width: int, height: int = 5000):
 @pytest.mark.parametrize("width", [420, 1280])
 def test_page_in_chromium_uses_its_width_and_cuts_nothing_off(sweep, tmp_path, width):
     """The screenshot's rightmost columns stay background: nothing is wider than the screen."""
-    np = pytest.importorskip("numpy")
-    image = pytest.importorskip("matplotlib.image")
+    np = need("numpy")
+    image = need("matplotlib.image")
     browser = chromium()
     runs_dir, logs = sweep
     write_report(find_runs([str(runs_dir)], [str(logs)]), tmp_path / "out")
@@ -347,7 +345,7 @@ def test_page_in_chromium_uses_its_width_and_cuts_nothing_off(sweep, tmp_path, w
 
 
 def test_loss_chart_marks_each_resume_with_its_cause(sweep):
-    figure = pytest.importorskip("matplotlib.figure")
+    figure = need("matplotlib.figure")
     from slurmgen.observe.report import rank
     from slurmgen.observe.report_plots import loss_figure
 

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 SHIMS = Path(__file__).parent / "shims"
 
@@ -199,14 +200,31 @@ def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp
     assert "component 1 (2 node(s) x 2 GPUs) failed" not in proc.stderr
 
 
-def warn_and_wait(script, env):
-    """Run the script, send the time-limit warning (USR2) 2 s in, wait for the end."""
+def wait_for_training(proc, tmp_path, state="training", timeout=30):
+    """Until the job runtime has started the components (its record says "training", or STATE): the
+    signal a test sends then reaches the script's own trap, not bash's default action at start-up."""
+    record = tmp_path / "logs" / ".slurmgen-1234" / "state.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(record.read_text()).get("state") == state:
+                return
+        except (OSError, ValueError):  # not written yet, or being replaced
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"the job runtime never reached {state} (script status {proc.poll()})")
+
+
+def warn_and_wait(script, env, tmp_path, sig=signal.SIGUSR2, state="training"):
+    """Run the script, send the time-limit warning (USR2) once it trains (or is in STATE), wait for
+    the end: the status, stdout, stderr and the seconds from the warning to the end."""
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    proc.send_signal(signal.SIGUSR2)
+    wait_for_training(proc, tmp_path, state)
+    proc.send_signal(sig)
+    warned = time.monotonic()
     out, err = proc.communicate(timeout=60)
-    return proc.returncode, out, err
+    return proc.returncode, out, err, time.monotonic() - warned
 
 
 def requeued(tmp_path):
@@ -215,7 +233,7 @@ def requeued(tmp_path):
 
 def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 7"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 7"), tmp_path)
     assert rc == 0, err
     assert "asking every rank to checkpoint" in out
     assert "slurmgen: checkpoint saved at step 7; requeueing job 1234 (restart 1 of at most 3)" in out
@@ -226,7 +244,7 @@ def test_warning_after_the_last_step_does_not_requeue_a_finished_run(render_args
     # The warning lands after rank 0's last stop check: training finishes every step and says
     # so. Requeueing would rerun a finished job (and, with no restarts left, call it unfinished).
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="finished 85"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="finished 85"), tmp_path)
     assert rc == 0, err
     assert "slurmgen: training finished before the warning could stop it; not requeueing" in out
     assert not requeued(tmp_path)
@@ -234,7 +252,7 @@ def test_warning_after_the_last_step_does_not_requeue_a_finished_run(render_args
 
 def test_a_crash_after_the_warning_is_a_failure_not_a_checkpoint(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_STOP_STATUS="5"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_STOP_STATUS="5"), tmp_path)
     assert rc == 5, err
     assert "slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing" in err
     assert "requeueing job" not in out
@@ -247,7 +265,7 @@ def test_a_program_that_reports_nothing_is_requeued_as_before(render_args, tmp_p
     user_script = tmp_path / "train.py"
     user_script.write_text("")
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--script", str(user_script))
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1"), tmp_path)
     assert rc == 0, err
     assert "slurmgen: requeueing job 1234 (restart 1 of at most 3)" in out
     assert requeued(tmp_path)
@@ -261,10 +279,9 @@ def test_a_script_that_takes_no_stop_file_is_stopped_after_a_grace_and_requeued(
     user_script.write_text("")
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--script", str(user_script),
                        "--grace", "15")
-    start = time.monotonic()
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_SLEEP="60"))
+    rc, out, err, waited = warn_and_wait(script, shim_env(tmp_path, SHIM_SLEEP="60"), tmp_path)
     assert rc == 0, err
-    assert 5 <= time.monotonic() - start - 2 < 30, err
+    assert 5 <= waited < 30, err  # min(30, 15 - 10) s from the warning, then TERM
     assert ("slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it; the steps"
             " since its own last checkpoint are lost") in err
     assert "slurmgen: requeueing job 1234 (restart 1 of at most 3)" in out
@@ -275,7 +292,7 @@ def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
     (tmp_path / "logs" / ".slurmgen-1234").mkdir(parents=True)
     (tmp_path / "logs" / ".slurmgen-1234" / "state.json").write_text('{"restarts": 1}')  # what the first requeue left
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SLURM_RESTART_COUNT="1"), tmp_path)
     assert rc == 1
     assert "slurmgen: job 1234 (restart 1 of at most 1)" in out
     assert "training unfinished; not requeueing: 1 restart(s) used" in err
@@ -285,8 +302,8 @@ def test_warning_after_last_restart_does_not_requeue(render_args, tmp_path):
 def test_restarts_are_counted_in_the_log_dir_not_by_slurm(render_args, tmp_path):
     # SLURM_RESTART_COUNT also counts preemptions and node failures: the budget is the script's own.
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--max-restarts", "1")
-    rc, out, err = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 4",
-                                                  SLURM_RESTART_COUNT="5"))
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 4",
+                                                  SLURM_RESTART_COUNT="5"), tmp_path)
     assert rc == 0, err
     assert "checkpoint saved at step 4; requeueing job 1234 (restart 1 of at most 1)" in out
     assert json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["restarts"] == 1
@@ -299,7 +316,7 @@ def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
     proc = subprocess.Popen(["bash", str(script)],
                             env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 9", SHIM_PREEMPTED="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(2)
+    wait_for_training(proc, tmp_path)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + 30
     while '"show", "job"' not in (tmp_path / "calls.jsonl").read_text() and time.monotonic() < deadline:
@@ -316,12 +333,9 @@ def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
 def test_term_is_a_stop_request_too(render_args, tmp_path):
     # Sites that preempt without the job's --signal send TERM: checkpoint and requeue as for USR2.
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    proc = subprocess.Popen(["bash", str(script)], env=shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 3"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_OUTCOME="stopped 3"), tmp_path,
+                                    signal.SIGTERM)
+    assert rc == 0, err
     assert "asking every rank to checkpoint" in out
     assert "checkpoint saved at step 3; requeueing job 1234 (restart 1 of at most 3)" in out
     assert requeued(tmp_path)
@@ -364,8 +378,9 @@ def test_a_warning_during_preflight_waits_for_every_preflight_step(render_args, 
     result = render_args("render", "-o", str(out), "--log-dir", str(tmp_path / "logs"), "--nodes", "4",
                          "--gpus", "1,1,2,2", "--python", str(SHIMS / "python"), "--module", "json", "--no-net-check")
     assert result.exit_code == 0, result.output
-    rc, stdout, stderr = warn_and_wait(out, shim_env(tmp_path, SHIM_PREFLIGHT_SLEEP="3", SHIM_WAIT_STOP="1",
-                                                     SHIM_OUTCOME="stopped 1", SHIM_GPUS_0="0", SHIM_GPUS_1="0,1"))
+    rc, stdout, stderr, _ = warn_and_wait(out, shim_env(tmp_path, SHIM_PREFLIGHT_SLEEP="3", SHIM_WAIT_STOP="1",
+                                                        SHIM_OUTCOME="stopped 1", SHIM_GPUS_0="0", SHIM_GPUS_1="0,1"),
+                                          tmp_path, state="preflight")
     assert rc == 0, stdout + stderr
     assert "slurmgen: preflight passed on 4 node(s)" in stdout, stdout + stderr
     assert "asking every rank to checkpoint" in stdout

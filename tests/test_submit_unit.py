@@ -32,8 +32,8 @@ def test_slurm_parameters_one_task_per_gpu():
     assert params["additional_parameters"] == {"ntasks": 6, "gpus_per_task": 1}
     assert "--kill-on-bad-exit=1" in params["srun_args"]
     assert "--cpus-per-task=3" in params["srun_args"]
-    assert params["time"] == parameters.NO_LIMIT_MINUTES
-    assert params["signal_delay_s"] == UNEVEN.grace
+    assert params["time"] == parameters.NO_LIMIT_MINUTES == 525_600  # a year: no limit, not a time-out
+    assert params["signal_delay_s"] == UNEVEN.grace == 180  # the default --grace
     for absent in ("partition", "account", "qos", "mem", "nodelist", "setup"):
         assert absent not in params
 

@@ -271,8 +271,9 @@ def test_a_save_longer_than_the_collective_timeout_is_progress(module, tiny, tmp
     assert proc.returncode == 0, output[-4000:]
     assert (0, ("save", "600")) in seen and (1, ("save", "600")) in seen, seen
     assert read_metrics(out)["global_step"] == 6
-    assert re.search(r"slurmgen-train: warning: the checkpoint of step 4 took [89] s to save, longer than the 3 s"
-                     r" ranks get to stop at a time-limit warning: raise --grace", output), output[-4000:]
+    took = re.search(r"slurmgen-train: warning: the checkpoint of step 4 took (\d+) s to save, longer than the 3 s"
+                     r" ranks get to stop at a time-limit warning: raise --grace", output)
+    assert took and int(took.group(1)) >= 8, output[-4000:]  # the save slept 8 s: at least that, however loaded
     assert output.count("slurmgen-train: warning: the checkpoint") == 1, output[-4000:]
     if len(os.sched_getaffinity(0)) >= 2:  # each torchrun worker on its own half of the CPUs
         cpus = cores.ranges(sorted(os.sched_getaffinity(0)))

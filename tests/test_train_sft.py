@@ -30,10 +30,10 @@ def check_run(out, metrics, world, steps=10, checkpoints=(5, 10)):
     assert m["samples_per_second"] > 0 and m["tokens_per_second"] > 0
     assert m["train_loss"] > 0
     assert_single_writer(out, steps_logged=steps, checkpoints=list(checkpoints))
-    return m
     lines = progress_lines(out)
     assert [ln["step"] for ln in lines] == list(range(1, steps + 1))
     assert all(ln["max_steps"] == steps for ln in lines)
+    return m
 
 
 @pytest.mark.timeout(120)
