@@ -275,7 +275,7 @@ def _main(argv: list[str]) -> dict | None:
                     if denv.distributed:
                         torch.distributed.all_reduce(mean)
                         mean /= denv.world_size
-                    progress.log(step, mean.item())
+                    progress.log(step, mean.item(), learning_rate=optimizer.param_groups[0]["lr"])
                 resume.stop_here_for_test(step, denv.is_main)
                 stopped = step < args.max_steps and stop.stop_requested(denv.is_main)
                 heartbeat.beat(step)

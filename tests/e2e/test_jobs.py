@@ -65,14 +65,16 @@ def test_classify_on_uniform_two_by_two(submit_job, assets, tmp_path):
         "--model_name_or_path", str(assets / "bert"),
         "--train_file", str(assets / "data" / "labelled_train.jsonl"),
         "--eval_file", str(assets / "data" / "labelled_eval.jsonl"),
-        "--output_dir", str(tmp_path / "run"), "--max_steps", "12", "--save_steps", "12",
-        "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--logging_steps", "1",
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "60", "--save_steps", "60",
+        "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--logging_steps", "5",
         "--report_to", "none"])
     assert job.state == "COMPLETED", job.log
     assert "hetjob" not in (tmp_path / "job.sh").read_text()
     metrics = job.metrics()
     assert_layout(metrics, world=4, layout={"node3": 2, "node4": 2})
-    assert "eval_accuracy" in metrics
+    assert metrics["global_step"] == 60 and metrics["last_loss"] < metrics["first_loss"], metrics
+    assert metrics["eval_accuracy"] >= 0.8, metrics  # the synthetic reviews' label is in their words
+    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-60"]
 
 
 @pytest.mark.timeout(600)
@@ -101,7 +103,10 @@ def test_srun_launcher_on_uneven_nodes(submit_job, assets, tmp_path):
         "--output_dir", str(tmp_path / "run"), "--max_steps", "8", "--save_steps", "8",
         "--batch_size", "4", "--lr", "3e-3"])
     assert job.state == "COMPLETED", job.log
-    assert_layout(job.metrics())
+    metrics = job.metrics()
+    assert_layout(metrics)
+    assert metrics["global_step"] == 8 and metrics["last_loss"] < metrics["first_loss"], metrics
+    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-8"]
     assert job.left_on_nodes == []
 
 

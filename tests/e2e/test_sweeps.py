@@ -49,6 +49,11 @@ def follow(job_ids: list[str], timeout: float) -> int:
     return most
 
 
+def progress(run: Path) -> list[dict]:
+    """The run's per-step log (train/outputs.py), one dict a step."""
+    return [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
+
+
 def ports(log_dir: Path) -> set[str]:
     return {m for log in log_dir.glob("*.out") for m in re.findall(r"master \S+:(\d+)", log.read_text())}
 
@@ -73,7 +78,7 @@ def test_a_uniform_sweep_is_one_array_and_the_report_ranks_it(cluster, assets, t
     names = ["learning_rate-3e-3_seed-1", "learning_rate-3e-3_seed-2", "learning_rate-3e-2_seed-1",
              "learning_rate-3e-2_seed-2"]
     assert sorted(p.name for p in sweep_dir.iterdir()) == sorted(names)
-    finals = {}
+    finals, firsts = {}, {}
     for name in names:
         run = sweep_dir / name
         lr, seed = re.fullmatch(r"learning_rate-(\S+)_seed-(\d)", name).groups()
@@ -81,6 +86,13 @@ def test_a_uniform_sweep_is_one_array_and_the_report_ranks_it(cluster, assets, t
         metrics = json.loads((run / "metrics.json").read_text())
         assert metrics["global_step"] == 6, metrics
         finals[name] = metrics.get("last_loss", metrics.get("train_loss"))
+        # the Trainer's own log: this run trained with its own rate (linear decay from it to 0)
+        rates = [line["learning_rate"] for line in progress(run)]
+        assert len(rates) == 6 and float(lr) >= rates[0] > rates[-1] >= 0, (name, rates)
+        firsts[name] = rates[0]
+    for seed in ("1", "2"):  # the same schedule at ten times the rate
+        ratio = firsts[f"learning_rate-3e-2_seed-{seed}"] / firsts[f"learning_rate-3e-3_seed-{seed}"]
+        assert ratio == pytest.approx(10.0), firsts
     logs = list((tmp_path / "logs").glob("*.out"))
     assert len(logs) == 4 and len(ports(tmp_path / "logs")) == 4  # a log and a port per run
 
@@ -119,6 +131,7 @@ def test_an_uneven_sweep_is_het_jobs_at_most_two_at_once(cluster, assets, tmp_pa
         run = tmp_path / "sweep" / f"lr-{lr}"
         assert json.loads((run / "metrics.json").read_text())["global_step"] == 6
         assert json.loads((run / "sweep.json").read_text()) == {"lr": lr}
+        assert {line["learning_rate"] for line in progress(run)} == {float(lr)}  # what the optimizer ran with
 
 
 @pytest.mark.timeout(600)
@@ -182,3 +195,4 @@ def test_submit_path_runs_a_sweep_one_job_per_run(cluster, assets, tmp_path):
         run = tmp_path / "sweep" / f"lr-{lr}"
         assert json.loads((run / "sweep.json").read_text()) == {"lr": lr}
         assert json.loads((run / "metrics.json").read_text())["global_step"] == 6
+        assert {line["learning_rate"] for line in progress(run)} == {float(lr)}  # what the optimizer ran with
