@@ -21,10 +21,11 @@ from collections import defaultdict
 
 from train import cli
 
-# Keep in step with slurmgen.site.fit.SETTINGS: the arguments that change the arithmetic.
+# Keep in step with slurmgen.site.fit_light.DEFAULTS: the arguments that change the arithmetic.
 SETTINGS = ("model_name_or_path", "dtype", "bf16", "fp16", "max_length", "per_device_train_batch_size",
-            "gradient_checkpointing", "use_peft", "lora_r", "lora_target_modules", "load_in_4bit",
-            "load_in_8bit", "use_bnb_nested_quant", "bnb_4bit_quant_storage", "fsdp", "fsdp_config", "optim")
+            "gradient_checkpointing", "use_peft", "lora_r", "lora_target_modules", "lora_dropout", "load_in_4bit",
+            "load_in_8bit", "use_bnb_nested_quant", "bnb_4bit_quant_storage", "fsdp", "fsdp_config", "optim",
+            "attn_implementation")
 
 
 def parse_settings(argv: list[str]) -> dict:
@@ -60,7 +61,8 @@ def meta_model(name: str):
 def shape(model, config) -> dict:
     """Counts by kind: every parameter once (tied ones too), the linear layers a 4-bit
     quantization would store in 4 bits (all but the output head), by their module name's last
-    part with their shapes (for LoRA), and the largest repeated block (what FSDP gathers)."""
+    part with their shapes (for LoRA), the largest repeated block (what FSDP gathers), and the
+    shapes the activations depend on (attention heads, norms per block, a gated MLP)."""
     import torch
 
     params = sum(p.numel() for p in model.parameters())
@@ -77,6 +79,12 @@ def shape(model, config) -> dict:
                  key=lambda m: len(m), default=None)
     block_params = max((sum(p.numel() for p in b.parameters()) for b in blocks), default=0) if blocks else 0
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = getattr(text, "hidden_size", 0)
+    heads = getattr(text, "num_attention_heads", 0) or 1
+    first = blocks[0] if blocks else None
+    norms = sum(1 for m in first.modules() if type(m).__name__.endswith("Norm")
+                and getattr(m, "weight", None) is not None and tuple(m.weight.shape) == (hidden,)) if first else 0
+    embeddings = model.get_input_embeddings()
     return {
         "model_type": config.model_type,
         "params": params,
@@ -85,8 +93,16 @@ def shape(model, config) -> dict:
         "layers": len(blocks) if blocks else 0,
         "block_params": block_params,
         "hidden": getattr(text, "hidden_size", 0),
-        "intermediate": getattr(text, "intermediate_size", 0) or 4 * getattr(text, "hidden_size", 0),
+        # the MLP's width: the input of the block's last layer back to the hidden size (its down
+        # projection; Falcon's config names the width ffn_hidden_size)
+        "intermediate": next((k["in"] for k in reversed(list(linear.values())) if k["out"] == hidden), 4 * hidden),
         "vocab": getattr(text, "vocab_size", 0),
+        "heads": heads,
+        "kv_heads": getattr(text, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(text, "head_dim", None) or hidden // heads,
+        "tied": output is not None and embeddings is not None and output.weight is embeddings.weight,
+        "norms": norms,
+        "gated": "gate_proj" in linear,
         "lora_default_targets": lora_default_targets(config.model_type),
     }
 

@@ -1,0 +1,221 @@
+"""How much memory, by component, per GPU and per node: the arithmetic of `slurmgen fit`.
+
+Pure arithmetic on the model's counts and the training arguments' settings (fit_model). Every
+component is checked against a measurement (bench/fit_vs_measured.py, tests/test_fit_measured.py)
+and the totals against published runs (tests/test_fit_published.py). Per GPU, for N ranks, P
+parameters (Q of them in the linear layers a 4-bit quantization stores), T trainable, b bytes per
+weight (--dtype):
+
+  weights      P·b. Under FSDP with mixed precision (bf16/fp16, the default on GPUs) accelerate
+               keeps fp32 master weights: every trainable parameter is upcast to 4 bytes before
+               it is sharded. 4-bit: Q·0.5 packed, Q·(4/64) fp32 scales (Q·0.0159 nested), the
+               rest at b; LoRA adapters T·4 (PEFT keeps them fp32).
+  gradients    T·(bytes of a trainable parameter)
+  optimizer    AdamW's two states in the parameter's dtype: 2·T·(its bytes); 8-bit: 2·T
+  FSDP         weights, gradients and optimizer ÷ N (4-bit scales are not parameters: every rank
+               holds them all), plus what is gathered while computing: two blocks, the LM head
+               (TRL's fused head gathers it whole, in its master dtype) and, training every
+               parameter, a block's unsharded gradients with their reduce-scatter copy. CPU
+               offload moves the shards to host memory.
+  activations  per layer and token, what autograd keeps (activation_bytes); with gradient
+               checkpointing only each layer's input and one layer recomputed; and TRL's fused LM
+               head, which never holds the logits: tiles of 4096 tokens x 32768 columns
+  other        1 GiB (CUDA context, workspaces), DDP's gradient buckets (a copy of the gradients;
+               none on one GPU, which trains without DDP) and 10% of the rest (fragmentation)
+  total        weights, optimizer state and the larger of the gradients and what a step holds in
+               passing (activations, gathered units): the backward pass frees each layer's
+               activations as its gradients arrive; with the context, buckets and fragmentation
+  loading      4-bit weights are quantized on the rank's own GPU as they load: each GPU holds the
+               whole quantized model before FSDP shards it
+Host memory per node while loading: each rank reads the whole model (upcast to fp32 first under
+FSDP with mixed precision), one reader per node with cpu_ram_efficient_loading; 4-bit loading
+streams 5 GiB checkpoint shards; with CPU offload, the larger of the copy read with the node's
+weight shards, and the node's offloaded weights, gradients and optimizer state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from slurmgen.site.fit_model import Model, Strategy, Training, lora_params, lora_targets, shown_name
+
+GIB = 1024 ** 3
+SHARD_BYTES = 5 * GIB  # the largest checkpoint shard a rank holds while loading 4-bit
+CONTEXT_BYTES = 1 * GIB
+FRAGMENTATION = 0.10
+PACKED, SCALES, NESTED_SCALES = 0.5, 4 / 64, 1 / 64 + 4 / (64 * 256)  # bytes per 4-bit weight
+HEAD_TOKENS, HEAD_COLUMNS = 4096, 32768  # TRL's fused LM head (trl.kernels.chunked_logprob) tiles
+
+
+@dataclass
+class Estimate:
+    strategy: str
+    arguments: list[str]
+    weights: float  # GiB per GPU, this and the next five: resident shards and gathered units
+    gradients: float
+    optimizer: float
+    activations: float
+    overhead: float  # the context, DDP's buckets, fragmentation
+    total: float  # the most a GPU holds: training, or loading where that is more
+    host_per_node: list[float]  # GiB per node while loading (and holding offloaded shards)
+    gathered: float = 0.0  # of weights: FSDP units gathered while computing
+    buckets: float = 0.0  # of overhead: DDP's gradient buckets
+    offloaded: float = 0.0  # GiB per rank in host memory (CPU offload): weights, gradients, optimizer
+    loading: float = 0.0  # GiB per GPU while loading (4-bit)
+    parts: dict = field(default_factory=dict)  # GiB per rank by component, wherever held (bench/)
+    fits: bool = False  # no budget that was checked is exceeded
+    host_checked: bool = False  # host memory was known for every node
+    why: str = ""  # what does not fit, when something does not
+
+
+def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[int, ...]) -> Estimate:
+    if strategy.weight_bytes:
+        training = replace(training, weight_bytes=strategy.weight_bytes)
+    ranks, b = sum(gpus), training.weight_bytes
+    # accelerate's fp32 master weights: FSDP with mixed precision upcasts what trains in full
+    upcast = strategy.sharded and training.mixed and not strategy.four_bit and not strategy.lora and b < 4
+    trainable = lora_params(model, training) if strategy.lora else model.params
+    tb = 4 if strategy.lora or upcast else b  # bytes of a trainable parameter
+    held, every_rank = held_weights(model, training, strategy, trainable, tb)
+    share = ranks if strategy.sharded else 1
+    weights, gradients = held / share + every_rank, trainable * tb / share
+    optimizer = 2 * trainable * (1 if training.optimizer_8bit else tb) / share
+    offloaded = weights - every_rank + gradients + optimizer if strategy.offload else 0.0
+    gathered = gathered_bytes(model, training, strategy, trainable, tb) if strategy.sharded else 0.0
+    activations = activation_bytes(model, training, strategy, tb)
+    buckets = trainable * tb if not strategy.sharded and ranks > 1 else 0.0
+    # A step never holds its gradients and its activations at once: the backward pass frees
+    # each layer's activations as its gradients arrive (bench/fit_vs_measured.py: the peak is
+    # weights, optimizer state and the larger of the two, within 2%).
+    passing = gathered + activations
+    on_gpu = every_rank + passing if strategy.offload else weights + optimizer + max(gradients, passing)
+    overhead = CONTEXT_BYTES + buckets + FRAGMENTATION * (on_gpu + buckets)
+    loading = (quantized_bytes(model, training) + CONTEXT_BYTES) * (1 + FRAGMENTATION) if strategy.four_bit else 0.0
+    shard = weights - every_rank if strategy.offload else 0.0
+    host = [host_bytes(model, training, strategy, n, (shard, offloaded), upcast, trainable) / GIB for n in gpus]
+    shown = [0.0 if strategy.offload else v for v in (weights - every_rank, gradients, optimizer)]
+    parts = {"weights": weights, "gradients": gradients, "optimizer": optimizer, "gathered": gathered,
+             "activations": activations, "buckets": buckets}
+    return Estimate(shown_name(strategy, ranks), strategy.arguments(training.lora_r),
+                    (shown[0] + every_rank + gathered) / GIB, shown[1] / GIB, shown[2] / GIB, activations / GIB,
+                    overhead / GIB, max(on_gpu + overhead, loading) / GIB, host, gathered=gathered / GIB,
+                    buckets=buckets / GIB, offloaded=offloaded / GIB, loading=loading / GIB,
+                    parts={k: v / GIB for k, v in parts.items()})
+
+
+def quantized_bytes(model: Model, training: Training) -> float:
+    """The whole model, 4-bit: packed weights, their scales, the rest (embeddings, head, norms) at b."""
+    scales = NESTED_SCALES if training.nested_quant else SCALES
+    rest = model.params - model.quantizable_params
+    return model.quantizable_params * (PACKED + scales) + rest * training.weight_bytes
+
+
+def held_weights(model: Model, training: Training, strategy: Strategy, trainable: int, tb: int) -> tuple:
+    """(bytes FSDP would shard, bytes every rank holds whole). 4-bit scales are attributes, not
+    parameters; packed weights in an integer dtype are left out of FSDP's sharding."""
+    b = training.weight_bytes
+    if strategy.four_bit:
+        scales = NESTED_SCALES if training.nested_quant else SCALES
+        packed = model.quantizable_params * PACKED
+        rest = (model.params - model.quantizable_params) * b + trainable * 4
+        if strategy.sharded and not strategy.float_storage:
+            return rest, packed + model.quantizable_params * scales
+        return packed + rest, model.quantizable_params * scales
+    if strategy.lora:
+        return model.params * b + trainable * 4, 0.0
+    return model.params * tb, 0.0
+
+
+def gathered_bytes(model: Model, training: Training, strategy: Strategy, trainable: int, tb: int) -> float:
+    """What FSDP holds unsharded while computing: the block in use and the next one (prefetched),
+    in the compute dtype; the LM head, which TRL's fused head gathers whole (full_tensor) in its
+    master dtype; training every parameter, a block's unsharded gradients and the reduce-scatter
+    input they are copied into."""
+    c = 2 if training.mixed else training.weight_bytes
+    b = training.weight_bytes
+    if strategy.four_bit:
+        quant = model.quantizable_params / model.layers
+        block = quant * PACKED + (model.block_params - quant) * b
+    else:
+        block = model.block_params * c
+    if strategy.lora:
+        block += trainable / model.layers * c
+    head = model.vocab * model.hidden * (tb if not strategy.lora else b)
+    grads = 0.0 if strategy.lora else 2 * model.block_params * c
+    return 2 * block + head + grads
+
+
+def layer_bytes(model: Model, training: Training, strategy: Strategy, e: int) -> float:
+    """Bytes one decoder layer keeps for the backward pass, per token (what autograd saves):
+    norms (an fp32 copy of their input when computing in 16 bits, their normalized output where
+    the norm's weight trains), the inputs of linear layers whose weights train, attention's q,
+    k, v and output (eager: k and v repeated per head, and the probabilities, fp32 and their
+    16-bit copy), the MLP's activations, and LoRA's fp32 inputs, dropout masks and rank-r outputs."""
+    h, inter, full = model.hidden, model.intermediate, not strategy.lora
+    q_width = model.heads * (model.head_dim or h // model.heads)
+    kv_width = model.kv_heads * (model.head_dim or h // model.heads)
+    norm_in = 4 if e == 2 else e
+    saved = model.norms * h * (norm_in + (e if full else 0))
+    if training.eager:
+        probs = model.heads * training.seq * (4 + (2 if e == 2 else 0))
+        saved += 3 * q_width * e + probs + (q_width * e if full else 0)  # o_proj's input: a contiguous copy
+    else:
+        saved += (2 * q_width + 2 * kv_width) * e  # q, k, v and the output (o_proj's input is a view of it)
+    saved += (3 * inter if model.gated else inter) * e
+    if full:
+        saved += (2 * h + inter) * e  # the inputs of the attention's and the MLP's linear layers
+    if strategy.lora:
+        mask = (e if training.cpu else 1) if training.lora_dropout > 0 else 0
+        for target in lora_targets(model, training):
+            per_layer = model.linear[target]["count"] / model.layers
+            saved += per_layer * (model.linear[target]["in"] * (4 + mask) + training.lora_r * 4)
+    return saved + model.norms * 4 + model.heads * 4  # each norm's 1/rms, attention's log-sum-exp
+
+
+def head_bytes(model: Model, training: Training, strategy: Strategy, e: int, tb: int) -> float:
+    """TRL's fused LM head at its peak, in the backward pass: the hidden states it saved, a tile
+    of 4096 tokens x 32768 columns, the fp32 gradients of the hidden states and (training it) of
+    the head; on a CPU torch's fallback of the Triton kernel adds four fp32 and a bool per tile
+    element."""
+    t, h, vocab = training.tokens, model.hidden, model.vocab
+    c = 2 if training.mixed else e
+    rows = min(t, HEAD_TOKENS)
+    total = t * h * e + t * 12 + rows * HEAD_COLUMNS * c + t * h * 4
+    if not strategy.lora:
+        total += vocab * h * 4 + (vocab * h * tb if tb != 4 else 0)
+    if training.cpu:
+        total += rows * min(vocab, HEAD_COLUMNS) * 17
+    return total
+
+
+def activation_bytes(model: Model, training: Training, strategy: Strategy, tb: int = 4) -> float:
+    """Per GPU, at the peak: right after the forward pass, while the head's backward runs, every
+    layer's saved tensors (with gradient checkpointing only each layer's input) and the final
+    norm's; with checkpointing, also the moment a layer is recomputed."""
+    e = 2 if training.weight_bytes == 2 or (training.mixed and strategy.sharded) else 4
+    t, h = training.tokens, model.hidden
+    per_layer = layer_bytes(model, training, strategy, e)
+    final = t * h * ((4 if e == 2 else e) + (0 if strategy.lora else e))
+    head = head_bytes(model, training, strategy, e, tb)
+    if not training.checkpointing:
+        return model.layers * t * per_layer + final + head
+    inputs = model.layers * t * h * e
+    return inputs + max(final + head, t * per_layer + t * (h + model.intermediate) * 4)
+
+
+def host_bytes(model: Model, training: Training, strategy: Strategy, gpus: int, offloaded: tuple,
+               upcast: bool, trainable: int) -> float:
+    """Host memory of a node with this many GPUs: while loading (each reader's copy, and with CPU
+    offload the weight shards filled in from it), or training (the offloaded weights, gradients
+    and optimizer state of the node's ranks), whichever is more. offloaded: (weights, all) per rank."""
+    b = training.weight_bytes
+    if strategy.four_bit:  # checkpoint shards stream to the GPU, quantized there, in every rank
+        copy, readers = min(SHARD_BYTES, model.params * b), gpus
+    else:
+        # accelerate upcasts what trains in full to fp32 on the CPU, before sharding
+        copy = model.params * 4 if upcast else model.params * b + (trainable * 4 if strategy.lora else 0)
+        readers = 1 if strategy.sharded and strategy.one_reader else gpus
+    weights, everything = offloaded
+    return max(readers * copy + gpus * weights, gpus * everything)
+
+
