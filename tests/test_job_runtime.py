@@ -166,6 +166,20 @@ def test_a_step_slurm_refused_before_training_began_is_retried(job, capsys):
     assert "failure 1 of at most 2 (crash): requeueing job 77" in out.out + out.err and slurm.requeued == ["77"]
 
 
+def test_a_node_that_could_not_start_its_tasks_is_blamed_and_the_job_retried(job, capsys):
+    """Seen once with 25.11: a component's step failed to start its tasks on one node ("Slurmd could not
+    execve job": slurmstepd's cgroup, affinity or fork failed before the exec). No rank had begun, yet
+    the failure is Slurm's: retried, and the node named (a second time there leaves it out)."""
+    slurm = Slurm(log="slurmgen: job 77\nsrun: error: Task launch for StepId=78.0 failed on node node3: Slurmd could"
+                      " not execve job\nsrun: error: task 2 launch failed: Slurmd could not execve job\n")
+    runtime, _ = job(component_1=exits(1, 1002), slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr()
+    assert "no rank had begun training" not in out.err
+    assert "failure 1 of at most 2 (crash on node3): requeueing job 77" in out.out + out.err
+    assert slurm.requeued == ["77"] and record(job.files).failures == [Failure("crash", "node3")]
+
+
 def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
     log = "slurmgen: job 77\nsrun: error: node3: task 2: Exited with exit code 13\n"
     slurm = Slurm(log=log)

@@ -34,6 +34,18 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\s
 _SRUN_TASK = re.compile(r"^srun: error: (?P<host>\S+): tasks? [\d,-]+: (?:Exited with exit code (?P<code>\d+)|.*)$", re.M)
 
 
+# srun's lines for a step Slurm would not create, or whose tasks a node's slurmstepd could not start
+# (25.11: "Slurmd could not execve job" when the task's cgroup, affinity or fork fails before exec).
+_REFUSED = re.compile(r"^srun: error: (?:Unable to create step for job|task \d+ launch failed: "
+                      r"|Task launch for \S+ failed on node |Application launch failed: )", re.M)
+_LAUNCH_FAILED_ON = re.compile(r"^srun: error: Task launch for \S+ failed on node (?P<host>[^:\s]+): ", re.M)
+
+
+def _last_run(log: str) -> str:
+    start = log.rfind("slurmgen: job ")
+    return log[start:] if start >= 0 else log
+
+
 def crashed_node(log: str) -> str:
     """The node where the last run's failure began, from the job log ("" when it cannot be told).
 
@@ -43,8 +55,10 @@ def crashed_node(log: str) -> str:
     --launcher srun, srun's first task that exited with another status than 1. Several nodes in the
     same second: none. The entry points' ranks that fail from a broken collective wait 8 s first
     (train.program.leave_after_the_culprit), so the node where it began is seen first."""
-    start = log.rfind("slurmgen: job ")
-    log = log[start:] if start >= 0 else log
+    log = _last_run(log)
+    launch = {m["host"] for m in _LAUNCH_FAILED_ON.finditer(log)}
+    if launch:  # a node that could not start its tasks: the failure began there
+        return launch.pop() if len(launch) == 1 else ""
     causes = [(m["time"], m["host"], m["code"]) for m in _ROOT_CAUSE.finditer(log)]
     if causes:
         odd = [c for c in causes if c[2] != "1"] or causes
@@ -58,7 +72,8 @@ def crashed_node(log: str) -> str:
 
 def step_refused(log: str) -> bool:
     """Whether Slurm refused to create a step of the last run ("srun: error: Unable to create step
-    for job"): once seen with 22.05 ("Invalid generic resource (gres) specification") for a step
-    like many before and after it, so worth a retry even before any rank began."""
-    start = log.rfind("slurmgen: job ")
-    return "srun: error: Unable to create step for job" in (log[start:] if start >= 0 else log)
+    for job"; once seen with 22.05, "Invalid generic resource (gres) specification", for a step like
+    many before and after it) or a node could not start its tasks ("task N launch failed", once seen
+    with 25.11, "Slurmd could not execve job"): Slurm's doing, not the code's, so worth a retry even
+    before any rank began."""
+    return bool(_REFUSED.search(_last_run(log)))
