@@ -304,11 +304,33 @@ def test_preemption_waits_for_slurm_and_uses_no_restart(job, capsys):
 
 
 def test_a_crash_after_the_warning_is_not_a_checkpoint(job, capsys):
+    """Before any beat: the code's own failure, not retried; the job ends with its status."""
     slurm = Slurm()
     runtime, _ = warned_job(job, "", status=5, slurm=slurm)
     assert runtime.main() == 5
-    assert "ranks failed after the warning, no checkpoint saved; not requeueing" in capsys.readouterr().err
-    assert slurm.requeued == []
+    err = capsys.readouterr().err
+    assert "ranks failed after the warning before saying their checkpoint was whole" in err
+    assert "no rank had begun training" in err and slurm.requeued == []
+
+
+def test_a_crash_after_the_warning_is_a_failure_retried_from_the_newest_checkpoint(job, capsys):
+    """A rank that fails after the warning (a teardown abort, a crash while saving) before rank 0 said
+    its checkpoint was whole: counted against --max-failures and requeued like any crash, to resume
+    from the newest complete checkpoint; not the job's end (a CI run lost a time-limit job so)."""
+    slurm = Slurm()
+    crash = stops_with("", status=5)
+
+    def trained_then_crashed(now):  # the ranks had beaten before the warning
+        beats(job.files, 0, 1, 2)
+        return crash(now)
+    crash.folder = job.files.folder.parent
+    job.files.stop.touch()
+    runtime, _ = job(component_0=trained_then_crashed, component_1=trained_then_crashed, slurm=slurm)
+    assert runtime.main() == 0
+    out = capsys.readouterr()
+    assert "failure 1 of at most 2 (crash): requeueing job 77 to resume from its newest checkpoint" in out.out
+    assert slurm.requeued == ["77"] and record(job.files).failures == [Failure("crash", "")]
+    assert record(job.files).restarts == 0  # a failure, not a time-limit restart
 
 
 def test_training_that_finished_before_the_warning_is_not_requeued(job, capsys):

@@ -254,7 +254,8 @@ def test_a_crash_after_the_warning_is_a_failure_not_a_checkpoint(render_args, tm
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     rc, out, err, _ = warn_and_wait(script, shim_env(tmp_path, SHIM_WAIT_STOP="1", SHIM_STOP_STATUS="5"), tmp_path)
     assert rc == 5, err
-    assert "slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing" in err
+    assert "slurmgen: ranks failed after the warning before saying their checkpoint was whole" in err
+    assert "no rank had begun training" in err  # the shim's ranks never beat: the code's own failure
     assert "requeueing job" not in out
     assert not requeued(tmp_path)
 

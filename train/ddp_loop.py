@@ -281,6 +281,8 @@ def _main(argv: list[str]) -> dict | None:
                 heartbeat.beat(step)
                 if stopped or step % args.save_steps == 0 or step == args.max_steps:
                     save(args, denv, model, tokenizer, optimizer, step, sharded)
+                if stopped and denv.is_main:  # the stop's checkpoint is whole: said now, not after a
+                    stop.report_outcome(True, step)  # teardown that may still fail
                 if stopped or step >= args.max_steps:
                     break
             epoch, done_in_epoch = epoch + 1, 0

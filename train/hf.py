@@ -180,6 +180,8 @@ class ContractCallback(TrainerCallback):
             checkpoint.mark_complete(
                 checkpoint.checkpoint_path(args.output_dir, state.global_step), state.global_step
             )
+            if self.stopped_at == state.global_step:  # the stop's checkpoint is whole: said now, not
+                stop.report_outcome(True, state.global_step)  # after a teardown that may still fail
             checkpoint.prune(args.output_dir, self.keep, protect=state.best_model_checkpoint)
         saves.end(state.global_step, state.is_world_process_zero)
 

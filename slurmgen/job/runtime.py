@@ -154,10 +154,11 @@ class Runtime(Checks):
         if how == contract.FINISHED:
             say("slurmgen: training finished before the warning could stop it; not requeueing")
             return self._finish(State.FINISHED, status)
-        if status and how != contract.STOPPED:
-            say("slurmgen: ranks failed after the warning, no checkpoint saved; not requeueing", err=True)
-            return self._finish(State.FAILED, status)
         info = self.slurm.job_info(self.spec.job)
+        if status and how != contract.STOPPED and not info.preempted:  # a preempted job: Slurm requeues it
+            say("slurmgen: ranks failed after the warning before saying their checkpoint was whole: a failure like"
+                " any other", err=True)
+            return self._failed(status)
         if info.preempted:
             say(f"slurmgen: {saved}job {self.spec.job} preempted: Slurm requeues it")
             self._finish(State.PREEMPTED, 0)
