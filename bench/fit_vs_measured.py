@@ -150,13 +150,13 @@ def compare(measured: dict, fit: dict) -> list[tuple]:
     return rows
 
 
-def run(models: list[str], quick: bool, work: Path, say=print) -> list[dict]:
+def run(models: list[str], quick: bool, work: Path, say=print, only: str = "") -> list[dict]:
     paths = build(work, models)
     results = []
     for name in models:
         spec = MODELS[name]
         for case in CASES:
-            if quick and not case.quick:
+            if (quick and not case.quick) or only not in case.name:
                 continue
             seq = spec["seq"][1 if case.long else 0]
             label = f"{name} {case.name}, {seq} tokens x {spec['batch']}"
@@ -178,13 +178,14 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,small", help="tiny, small, or both")
     parser.add_argument("--quick", action="store_true", help="the subset the test suite asserts")
     parser.add_argument("--work", help="a directory to keep the models and runs in (a temporary one otherwise)")
+    parser.add_argument("--only", default="", help="only the cases whose name holds this text")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     if args.work:
-        results = run(models, args.quick, Path(args.work))
+        results = run(models, args.quick, Path(args.work), only=args.only)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            results = run(models, args.quick, Path(tmp))
+            results = run(models, args.quick, Path(tmp), only=args.only)
     off = [(r["case"], key) for r in results for key, _, _, ratio in r["rows"] if abs(ratio - 1) > TOLERANCE]
     print(f"\n{sum(len(r['rows']) for r in results)} figures, {len(off)} off by more than 15%"
           + "".join(f"\n  {case}: {key}" for case, key in off))

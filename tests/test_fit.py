@@ -89,7 +89,8 @@ def test_fsdp_under_mixed_precision_keeps_fp32_master_weights(light):
                       gpus="8,8", nodes="2")["FSDP full shard"]
     assert plain["parts"]["weights"] == pytest.approx(8.03, abs=0.01)  # P x 2 / 16
     assert plain["parts"]["optimizer"] == pytest.approx(16.06, abs=0.01)
-    assert plain["verdict"] == "GPU fits; host memory not checked (needs 128 GiB on a node)"
+    # one reader: the bf16 model and the 5 GiB checkpoint shard it is read from
+    assert plain["verdict"] == "GPU fits; host memory not checked (needs 133 GiB on a node)"
 
 
 # ---------------------------------------------------------------------------- item 2: one reader
@@ -120,20 +121,20 @@ def test_no_fits_for_a_budget_that_was_not_checked(light):
     assert "host memory unknown (no --mem, no answer from the cluster): not checked" in result.output
     seen = verdicts(result.output)
     assert "fits" not in seen.values()
-    # a 2-GPU node: the fp32 copy one rank reads (P x 4 = 257 GiB) and two shards of the weights
-    # (2 x P x 4 / 6 = 86 GiB), as much as two ranks' offloaded weights, gradients and AdamW
-    # state later (2 x P x 16 / 6 = 343 GiB)
-    assert seen["FSDP + CPU offload"] == "GPU fits; host memory not checked (needs 343 GiB on a node)"
+    # a 2-GPU node: the fp32 model one rank reads (P x 4 = 257 GiB), the 5 GiB checkpoint shard
+    # it reads from, and two shards of the weights (2 x P x 4 / 6 = 86 GiB); more than two ranks'
+    # offloaded weights, gradients and AdamW state later (2 x P x 16 / 6 = 343 GiB)
+    assert seen["FSDP + CPU offload"] == "GPU fits; host memory not checked (needs 348 GiB on a node)"
     assert result.output.rstrip().endswith(
         "recommended: FSDP + CPU offload, with the training arguments --fsdp --fsdp_config '{\"cpu_offload\": true,"
-        " \"cpu_ram_efficient_loading\": true}' (GPU memory checked; host memory not checked: it needs 343 GiB"
+        " \"cpu_ram_efficient_loading\": true}' (GPU memory checked; host memory not checked: it needs 348 GiB"
         " on a node)")
 
 
 def test_host_memory_is_read_from_the_cluster(light, monkeypatch):
     """RealMemory per node from sinfo: the 1-GPU nodes have 125 GiB, the 2-GPU nodes 977 GiB (the
     drained node5 does not count). Every 16-bit strategy reads the whole model once on each node
-    (bf16: 128.5 GiB, 128.6 with LoRA adapters; FSDP's fp32 copy: 257 GiB), more than a 1-GPU node has: only 4-bit loading,
+    (bf16: 128.5 GiB and a 5 GiB checkpoint shard; FSDP's fp32 copy: 257 GiB), more than a 1-GPU node has: only 4-bit loading,
     which streams 5 GiB shards, fits the hosts."""
     monkeypatch.setattr(cluster, "query", lambda: cluster.ClusterInfo("slurm 22.05.8", *cluster.parse_sinfo(SINFO)))
     result = run("--gpu-mem", "80G", "--", *SEED_ARGS, "--dtype", "bfloat16")
@@ -141,7 +142,8 @@ def test_host_memory_is_read_from_the_cluster(light, monkeypatch):
     seen = verdicts(result.output)
     # a 1-GPU node: the fp32 copy (P x 4) and its rank's weight shard (P x 4 / 6)
     assert seen["FSDP + CPU offload"] == "does not fit: 300 GiB of host memory on a node > 125"
-    assert seen["DDP + LoRA"].endswith("; 129 GiB of host memory on a node > 125")  # and its adapters, fp32
+    # the bf16 model, its fp32 adapters and the 5 GiB checkpoint shard being read
+    assert seen["DDP + LoRA"].endswith("; 134 GiB of host memory on a node > 125")
     assert seen["DDP + QLoRA 4-bit"] == "fits"
     assert result.output.rstrip().endswith("recommended: DDP + QLoRA 4-bit, with the training arguments --use_peft"
                                            " --lora_r 16 --load_in_4bit")

@@ -13,11 +13,11 @@ weight (--dtype):
   gradients    T·(bytes of a trainable parameter)
   optimizer    AdamW's two states in the parameter's dtype: 2·T·(its bytes); 8-bit: 2·T
   FSDP         weights, gradients and optimizer ÷ N (4-bit scales are not parameters: every rank
-               holds them all), plus what is gathered while computing: two blocks, the LM head
-               (TRL's fused head gathers it whole, in its master dtype) and, training every
-               parameter, a block's unsharded gradients with their reduce-scatter copy. CPU
-               offload moves the shards to host memory.
-  activations  per layer and token, what autograd keeps (activation_bytes); with gradient
+               holds them all), plus what is gathered while computing (passing_bytes): a block
+               and the next, and training every parameter the block's unsharded gradients on
+               their way through the reduce-scatter; or the LM head, which TRL's fused head
+               gathers whole. CPU offload moves the shards to host memory.
+  activations  per layer and token, what autograd keeps (layer_bytes); with gradient
                checkpointing only each layer's input and one layer recomputed; and TRL's fused LM
                head, which never holds the logits: tiles of 4096 tokens x 32768 columns
   other        1 GiB (CUDA context, workspaces), DDP's gradient buckets (a copy of the gradients;
@@ -27,7 +27,8 @@ weight (--dtype):
                activations as its gradients arrive; with the context, buckets and fragmentation
   loading      4-bit weights are quantized on the rank's own GPU as they load: each GPU holds the
                whole quantized model before FSDP shards it
-Host memory per node while loading: each rank reads the whole model (upcast to fp32 first under
+Host memory per node while loading: each rank reads the whole model, a checkpoint shard (up to
+5 GiB) at a time (then upcast to fp32 under
 FSDP with mixed precision), one reader per node with cpu_ram_efficient_loading; 4-bit loading
 streams 5 GiB checkpoint shards; with CPU offload, the larger of the copy read with the node's
 weight shards, and the node's offloaded weights, gradients and optimizer state.
@@ -81,8 +82,7 @@ def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[i
     weights, gradients = held / share + every_rank, trainable * tb / share
     optimizer = 2 * trainable * (1 if training.optimizer_8bit else tb) / share
     offloaded = weights - every_rank + gradients + optimizer if strategy.offload else 0.0
-    gathered = gathered_bytes(model, training, strategy, trainable, tb) if strategy.sharded else 0.0
-    activations = activation_bytes(model, training, strategy, tb)
+    activations, gathered = passing_bytes(model, training, strategy, tb, ranks)
     buckets = trainable * tb if not strategy.sharded and ranks > 1 else 0.0
     # A step never holds its gradients and its activations at once: the backward pass frees
     # each layer's activations as its gradients arrive (bench/fit_vs_measured.py: the peak is
@@ -126,25 +126,6 @@ def held_weights(model: Model, training: Training, strategy: Strategy, trainable
     return model.params * tb, 0.0
 
 
-def gathered_bytes(model: Model, training: Training, strategy: Strategy, trainable: int, tb: int) -> float:
-    """What FSDP holds unsharded while computing: the block in use and the next one (prefetched),
-    in the compute dtype; the LM head, which TRL's fused head gathers whole (full_tensor) in its
-    master dtype; training every parameter, a block's unsharded gradients and the reduce-scatter
-    input they are copied into."""
-    c = 2 if training.mixed else training.weight_bytes
-    b = training.weight_bytes
-    if strategy.four_bit:
-        quant = model.quantizable_params / model.layers
-        block = quant * PACKED + (model.block_params - quant) * b
-    else:
-        block = model.block_params * c
-    if strategy.lora:
-        block += trainable / model.layers * c
-    head = model.vocab * model.hidden * (tb if not strategy.lora else b)
-    grads = 0.0 if strategy.lora else 2 * model.block_params * c
-    return 2 * block + head + grads
-
-
 def layer_bytes(model: Model, training: Training, strategy: Strategy, e: int) -> float:
     """Bytes one decoder layer keeps for the backward pass, per token (what autograd saves):
     norms (an fp32 copy of their input when computing in 16 bits, their normalized output where
@@ -165,7 +146,7 @@ def layer_bytes(model: Model, training: Training, strategy: Strategy, e: int) ->
     if full:
         saved += (2 * h + inter) * e  # the inputs of the attention's and the MLP's linear layers
     if strategy.lora:
-        mask = (e if training.cpu else 1) if training.lora_dropout > 0 else 0
+        mask = (4 if training.cpu else 1) if training.lora_dropout > 0 else 0  # of the fp32 input
         for target in lora_targets(model, training):
             per_layer = model.linear[target]["count"] / model.layers
             saved += per_layer * (model.linear[target]["in"] * (4 + mask) + training.lora_r * 4)
@@ -188,32 +169,61 @@ def head_bytes(model: Model, training: Training, strategy: Strategy, e: int, tb:
     return total
 
 
-def activation_bytes(model: Model, training: Training, strategy: Strategy, tb: int = 4) -> float:
-    """Per GPU, at the peak: right after the forward pass, while the head's backward runs, every
-    layer's saved tensors (with gradient checkpointing only each layer's input) and the final
-    norm's; with checkpointing, also the moment a layer is recomputed."""
+def passing_bytes(model: Model, training: Training, strategy: Strategy, tb: int, ranks: int) -> tuple:
+    """(activations, gathered): what a step holds in passing at its peak, per GPU. Activations:
+    every layer's saved tensors (with gradient checkpointing only each layer's input) while the
+    head's backward runs, or, with checkpointing, a layer recomputed. FSDP adds its gathered
+    units at whichever moment is larger: the head's backward, with the LM head that TRL's fused
+    head gathers whole (in its master dtype), or a block's backward, with the block, its unsharded
+    gradients, the reduce-scatter input they are copied into, its output and that output's fp32
+    copy. On GPUs the next block is gathered
+    meanwhile, on its own CUDA stream; a CPU run (bench/) has no streams."""
     e = 2 if training.weight_bytes == 2 or (training.mixed and strategy.sharded) else 4
     t, h = training.tokens, model.hidden
-    per_layer = layer_bytes(model, training, strategy, e)
+    per_layer = t * layer_bytes(model, training, strategy, e)
     final = t * h * ((4 if e == 2 else e) + (0 if strategy.lora else e))
-    head = head_bytes(model, training, strategy, e, tb)
-    if not training.checkpointing:
-        return model.layers * t * per_layer + final + head
-    inputs = model.layers * t * h * e
-    return inputs + max(final + head, t * per_layer + t * (h + model.intermediate) * 4)
+    head_phase = final + head_bytes(model, training, strategy, e, tb)
+    if training.checkpointing:
+        kept, recompute = model.layers * t * h * e, per_layer + t * (h + model.intermediate) * 4
+    else:
+        kept, recompute = model.layers * per_layer, 0
+    activations = kept + max(head_phase, recompute)
+    if not strategy.sharded:
+        return activations, 0.0
+    c = 2 if training.mixed else training.weight_bytes
+    b = training.weight_bytes
+    if strategy.four_bit:
+        quant = model.quantizable_params / model.layers
+        block = quant * PACKED + (model.block_params - quant) * b
+    else:
+        block = model.block_params * c
+    if strategy.lora:
+        block += lora_params(model, training) / model.layers * c
+    following = 0 if training.cpu else block
+    grads = 0 if strategy.lora else model.block_params * (c * (2 + 1 / ranks) + (4 / ranks if tb == 4 else 0))
+    head = model.vocab * h * (b if strategy.lora else tb)
+    at_head = kept + head_phase + head + following
+    # at a block's reduce-scatter the last layer's activations are freed; with checkpointing the
+    # recomputed layer's are not yet (FSDP's post-backward hook runs inside its backward)
+    at_block = kept + (recompute if training.checkpointing else -per_layer) + block + following + grads
+    at_recompute = kept + recompute + block + following
+    return activations, max(at_head, at_block, at_recompute) - activations
 
 
 def host_bytes(model: Model, training: Training, strategy: Strategy, gpus: int, offloaded: tuple,
                upcast: bool, trainable: int) -> float:
-    """Host memory of a node with this many GPUs: while loading (each reader's copy, and with CPU
+    """Host memory of a node with this many GPUs: while loading (each reader's copy and the
+    checkpoint shard in transit, and with CPU
     offload the weight shards filled in from it), or training (the offloaded weights, gradients
     and optimizer state of the node's ranks), whichever is more. offloaded: (weights, all) per rank."""
     b = training.weight_bytes
     if strategy.four_bit:  # checkpoint shards stream to the GPU, quantized there, in every rank
         copy, readers = min(SHARD_BYTES, model.params * b), gpus
     else:
-        # accelerate upcasts what trains in full to fp32 on the CPU, before sharding
-        copy = model.params * 4 if upcast else model.params * b + (trainable * 4 if strategy.lora else 0)
+        # the model, and the checkpoint shard it is being filled from (up to 5 GiB); then accelerate
+        # upcasts what trains in full to fp32 on the CPU, before sharding
+        loaded = model.params * b + (trainable * 4 if strategy.lora else 0) + min(SHARD_BYTES, model.params * b)
+        copy = max(loaded, model.params * 4) if upcast else loaded
         readers = 1 if strategy.sharded and strategy.one_reader else gpus
     weights, everything = offloaded
     return max(readers * copy + gpus * weights, gpus * everything)
