@@ -4,15 +4,15 @@ Runs one training step's worth of train.sft (two steps; the second is measured, 
 bench/fit_measure.py) for every strategy that runs on a CPU: one rank without DDP, DDP, LoRA,
 FSDP full shard with and without mixed precision, FSDP + LoRA, FSDP with CPU offload, gradient
 checkpointing on and off, SDPA and eager attention, two sequence lengths; on a tiny Llama (hidden
-64) and a small one (112 M parameters, hidden 1024, grouped-query attention). Beside each
+64), and a small one (112 M parameters, hidden 1024, grouped-query attention). Beside each
 measured figure it prints fit's own for the same arguments (slurmgen.site.fit, figured for a CPU
 run: torch's dropout keeps a mask in the activations' dtype, not a bool, and TRL's loss head
 runs torch's fallback of its Triton kernel), and the ratio.
 
-    python bench/fit_vs_measured.py [--models tiny,small] [--quick] [--work DIR]
+    python bench/fit_vs_measured.py [--models tiny,small] [--quick] [--work DIR] [--only TEXT]
 
---quick runs the subset the test suite asserts (tests/test_fit_measured.py). Exit status 1 when a
-component is more than 15% off.
+--quick runs the subset the test suite asserts (tests/test_fit_measured.py, on a 13 M "mini"
+Llama: --models mini --quick). Exit status 1 when a component is more than 15% off.
 """
 
 from __future__ import annotations
@@ -60,13 +60,20 @@ CASES = (
     Case("FSDP + LoRA", 2, ("--fsdp", "--use_peft", *BF16), quick=True),
     Case("FSDP + CPU offload", 2, ("--fsdp", "--fsdp_config", '{"cpu_offload": true}', *BF16), quick=True),
 )
-MODELS = {"tiny": {"seq": (128, 256), "batch": 2}, "small": {"seq": (256, 512), "batch": 2}}
+MODELS = {"tiny": {"seq": (128, 256), "batch": 2}, "mini": {"seq": (256, 512), "batch": 2},
+          "small": {"seq": (256, 512), "batch": 2}}
+SHAPES = {  # Llamas built from the tiny one (its tokenizer, 659 tokens), untied, grouped-query attention
+    "mini": {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8,
+             "num_key_value_heads": 2, "head_dim": 64, "tie_word_embeddings": False},
+    "small": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 10, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 64, "tie_word_embeddings": False},
+}
 COMPONENTS = ("weights", "gradients", "optimizer", "buckets", "transient", "peak")
 
 
 def build(work: Path, models: list[str]) -> dict[str, Path]:
-    """The tiny assets, a 112 M Llama with their tokenizer, and a data set of long texts (each
-    sample fills --max_length, so every step has the same tokens)."""
+    """The tiny assets, the larger Llamas asked for (SHAPES) with its tokenizer, and a data set of
+    long texts (each sample fills --max_length, so every step has the same tokens)."""
     from train import tiny as tiny_mod
 
     tiny = tiny_mod.build(work / "tiny", seed=0) if not (work / "tiny" / "lm").is_dir() else work / "tiny"
@@ -75,17 +82,16 @@ def build(work: Path, models: list[str]) -> dict[str, Path]:
         rows = [json.loads(line)["text"] for line in (tiny / "data" / "text.jsonl").read_text().splitlines()]
         texts = [" ".join(rows[i * 60:(i + 1) * 60]) for i in range(len(rows) // 60)]
         paths["data"].write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    if "small" in models:
-        paths["small"] = work / "small"
-        if not (paths["small"] / "config.json").exists():
-            from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    for name in models:
+        if name in SHAPES:
+            paths[name] = work / name
+            if not (paths[name] / "config.json").exists():
+                from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-            config = AutoConfig.from_pretrained(tiny / "lm")
-            config.update({"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 10,
-                           "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
-                           "tie_word_embeddings": False})
-            AutoModelForCausalLM.from_config(config).save_pretrained(paths["small"])
-            AutoTokenizer.from_pretrained(tiny / "lm").save_pretrained(paths["small"])
+                config = AutoConfig.from_pretrained(tiny / "lm")
+                config.update(SHAPES[name])
+                AutoModelForCausalLM.from_config(config).save_pretrained(paths[name])
+                AutoTokenizer.from_pretrained(tiny / "lm").save_pretrained(paths[name])
     return paths
 
 
@@ -173,12 +179,22 @@ def run(models: list[str], quick: bool, work: Path, say=print, only: str = "") -
     return results
 
 
+def markdown(results: list[dict]) -> str:
+    """The docs' table: per run, each component measured (MiB) and fit's figure over it."""
+    lines = ["| run | weights | gradients | optimizer | DDP buckets | in passing | peak |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        cells = {key: f"{m / MIB:.1f} MiB, fit x{ratio:.2f}" for key, m, _, ratio in r["rows"]}
+        lines.append(f"| {r['case']} | " + " | ".join(cells.get(k, "-") for k in COMPONENTS) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="tiny,small", help="tiny, small, or both")
     parser.add_argument("--quick", action="store_true", help="the subset the test suite asserts")
     parser.add_argument("--work", help="a directory to keep the models and runs in (a temporary one otherwise)")
     parser.add_argument("--only", default="", help="only the cases whose name holds this text")
+    parser.add_argument("--markdown", action="store_true", help="end with the table the docs show")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     if args.work:
@@ -186,6 +202,8 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             results = run(models, args.quick, Path(tmp), only=args.only)
+    if args.markdown:
+        print("\n" + markdown(results))
     off = [(r["case"], key) for r in results for key, _, _, ratio in r["rows"] if abs(ratio - 1) > TOLERANCE]
     print(f"\n{sum(len(r['rows']) for r in results)} figures, {len(off)} off by more than 15%"
           + "".join(f"\n  {case}: {key}" for case, key in off))

@@ -337,3 +337,21 @@ def test_bad_input_is_one_line_exit_2(light, args, message):
 def test_fit_text_never_says_fits_for_an_unchecked_host():
     est = fit.Estimate("X", [], 1, 1, 1, 1, 1, 5, [40.0], fits=True, host_checked=False)
     assert fit_text.verdict(est) == "GPU fits; host memory not checked (needs 40 GiB on a node)"
+
+
+def test_check_refuses_arguments_that_do_not_fit_and_names_the_nearest(light, monkeypatch):
+    """slurmgen check with --gpu-mem: the strategy the arguments choose, judged with the cluster's
+    RealMemory (no start estimate is asked for a job that cannot run)."""
+    from click.testing import CliRunner
+
+    from slurmgen.cli import cli
+
+    monkeypatch.setattr(cluster, "query", lambda: cluster.ClusterInfo("slurm 22.05.8", *cluster.parse_sinfo(SINFO)))
+    result = CliRunner().invoke(cli, ["check", "--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "80G", "--",
+                                      *SEED_ARGS, "--dtype", "bfloat16"], catch_exceptions=False)
+    assert result.exit_code == 1
+    # a 1-GPU node: the bf16 model and the checkpoint shard it is read from, 133 GiB of its 125
+    assert (f"cannot run: {LLAMA_70B} with DDP does not fit (707.6 GiB per GPU > 79.6; 133 GiB of host memory on a"
+            " node > 125); the nearest that fits: DDP + QLoRA 4-bit, with the training arguments --use_peft"
+            " --lora_r 16 --load_in_4bit") in result.output
+    assert "result: the layout can run, but the model does not fit it with these training arguments" in result.output

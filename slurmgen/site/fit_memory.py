@@ -11,7 +11,8 @@ weight (--dtype):
                it is sharded. 4-bit: Q·0.5 packed, Q·(4/64) fp32 scales (Q·0.0159 nested), the
                rest at b; LoRA adapters T·4 (PEFT keeps them fp32).
   gradients    T·(bytes of a trainable parameter)
-  optimizer    AdamW's two states in the parameter's dtype: 2·T·(its bytes); 8-bit: 2·T
+  optimizer    AdamW's two states in the parameter's dtype: 2·T·(its bytes); 8-bit: 2·T; a paged
+               optimizer's state is counted in host memory (unified memory spills, never OOMs)
   FSDP         weights, gradients and optimizer ÷ N (4-bit scales are not parameters: every rank
                holds them all), plus what is gathered while computing (passing_bytes): a block
                and the next, and training every parameter the block's unsharded gradients on
@@ -63,6 +64,7 @@ class Estimate:
     buckets: float = 0.0  # of overhead: DDP's gradient buckets
     offloaded: float = 0.0  # GiB per rank in host memory (CPU offload): weights, gradients, optimizer
     loading: float = 0.0  # GiB per GPU while loading (4-bit)
+    train_total: float = 0.0  # GiB per GPU while training (total is the larger of this and loading)
     parts: dict = field(default_factory=dict)  # GiB per rank by component, wherever held (bench/)
     fits: bool = False  # no budget that was checked is exceeded
     host_checked: bool = False  # host memory was known for every node
@@ -82,24 +84,29 @@ def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[i
     weights, gradients = held / share + every_rank, trainable * tb / share
     optimizer = 2 * trainable * (1 if training.optimizer_8bit else tb) / share
     offloaded = weights - every_rank + gradients + optimizer if strategy.offload else 0.0
+    if training.paged and not strategy.offload:  # unified memory: the state pages out under pressure
+        offloaded, optimizer_on_gpu = optimizer, 0.0
+    else:
+        optimizer_on_gpu = optimizer
     activations, gathered = passing_bytes(model, training, strategy, tb, ranks)
     buckets = trainable * tb if not strategy.sharded and ranks > 1 else 0.0
     # A step never holds its gradients and its activations at once: the backward pass frees
     # each layer's activations as its gradients arrive (bench/fit_vs_measured.py: the peak is
     # weights, optimizer state and the larger of the two, within 2%).
     passing = gathered + activations
-    on_gpu = every_rank + passing if strategy.offload else weights + optimizer + max(gradients, passing)
+    on_gpu = every_rank + passing if strategy.offload else weights + optimizer_on_gpu + max(gradients, passing)
     overhead = CONTEXT_BYTES + buckets + FRAGMENTATION * (on_gpu + buckets)
     loading = (quantized_bytes(model, training) + CONTEXT_BYTES) * (1 + FRAGMENTATION) if strategy.four_bit else 0.0
     shard = weights - every_rank if strategy.offload else 0.0
     host = [host_bytes(model, training, strategy, n, (shard, offloaded), upcast, trainable) / GIB for n in gpus]
-    shown = [0.0 if strategy.offload else v for v in (weights - every_rank, gradients, optimizer)]
+    shown = [0.0 if strategy.offload else v for v in (weights - every_rank, gradients, optimizer_on_gpu)]
     parts = {"weights": weights, "gradients": gradients, "optimizer": optimizer, "gathered": gathered,
              "activations": activations, "buckets": buckets}
     return Estimate(shown_name(strategy, ranks), strategy.arguments(training.lora_r),
                     (shown[0] + every_rank + gathered) / GIB, shown[1] / GIB, shown[2] / GIB, activations / GIB,
                     overhead / GIB, max(on_gpu + overhead, loading) / GIB, host, gathered=gathered / GIB,
                     buckets=buckets / GIB, offloaded=offloaded / GIB, loading=loading / GIB,
+                    train_total=(on_gpu + overhead) / GIB,
                     parts={k: v / GIB for k, v in parts.items()})
 
 

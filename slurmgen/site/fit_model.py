@@ -112,6 +112,7 @@ class Training:
     lora_dropout: float = 0.05
     nested_quant: bool = False
     optimizer_8bit: bool = False
+    paged: bool = False  # a paged optimizer (bitsandbytes): its state spills to host memory, never OOMs
     chosen: Strategy = STRATEGIES[0]
     cpu: bool = False  # figures for a CPU run (bench/): torch's dropout and loss-head fallbacks
 
@@ -152,6 +153,7 @@ class Training:
             lora_dropout=float(s.get("lora_dropout") if s.get("lora_dropout") is not None else 0.05),
             nested_quant=bool(s.get("use_bnb_nested_quant")),
             optimizer_8bit="8bit" in str(s.get("optim") or ""),
+            paged="paged" in str(s.get("optim") or ""),
             chosen=chosen,
         )
 

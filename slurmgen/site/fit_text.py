@@ -15,6 +15,12 @@ from slurmgen.site.fit import Estimate, Fit, Strategy
 NAME_WIDTH = 28
 
 
+def _per_node(values, fmt) -> str:
+    """One figure when every node has the same, else one per node in --gpus order."""
+    shown = ["?" if v is None else fmt(v) for v in values]
+    return shown[0] if len(set(shown)) == 1 else ",".join(shown)
+
+
 def _gib(value: float) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
@@ -31,14 +37,13 @@ def _host_line(fit: Fit) -> str:
     known = [h for h in fit.host_gib if h is not None]
     if not known:
         return "host memory unknown (no --mem, no answer from the cluster): not checked"
-    sizes = ",".join("?" if h is None else f"{h:.0f}" for h in fit.host_gib)
-    return f"{sizes} GiB host memory per node ({fit.host_source})"
+    return f"{_per_node(fit.host_gib, lambda h: f'{h:.0f}')} GiB host memory per node ({fit.host_source})"
 
 
 def table(fit: Fit) -> str:
     m, tr = fit.model, fit.training
     layout = ",".join(map(str, fit.gpus))
-    gpu = ",".join(f"{g:g}" for g in dict.fromkeys(fit.gpu_gib))
+    gpu = _per_node(fit.gpu_gib, lambda g: f"{g:g}")
     lines = [
         f"model {fit.model_name}: {m.model_type or 'model'}, {m.params / 1e9:.2f} B parameters, {m.layers} layers",
         f"layout {layout}: {sum(fit.gpus)} ranks on {len(fit.gpus)} nodes, {gpu} GiB per GPU, {_host_line(fit)}",
