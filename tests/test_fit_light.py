@@ -103,21 +103,25 @@ except SystemExit as exit:
 
 
 def login_node_packages(tmp_path: Path) -> Path:
-    """This venv's packages without the [train] extra: what a login node has."""
+    """This venv's packages without the [train] extra, as a login node has them: a folder of links
+    to the light ones, and a sitecustomize that takes the venv's own site-packages off sys.path
+    (in every Python started with it, the tools fit could run too)."""
     import site
 
+    venv = site.getsitepackages()[0]
     light = tmp_path / "site-packages"
     light.mkdir()
-    for entry in Path(site.getsitepackages()[0]).iterdir():
-        if not entry.name.split("-")[0].split(".")[0].lower().startswith(HEAVY + ("nvidia", "triton")):
+    for entry in Path(venv).iterdir():
+        if not entry.name.split("-")[0].split(".")[0].lower().startswith(HEAVY + ("nvidia", "triton", "sitecustomize")):
             (light / entry.name).symlink_to(entry)
+    (light / "sitecustomize.py").write_text(f"import sys\nsys.path[:] = [p for p in sys.path if p != {venv!r}]\n")
     return light
 
 
 def test_fit_runs_where_torch_is_not_installed(tmp_path):
     """A login node without the [train] extra: the same table, counted from config.json."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{login_node_packages(tmp_path)}", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-S", "-c", FIT, str(LLAMA_70B)], cwd=tmp_path, env=env,
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{login_node_packages(tmp_path)}:{REPO}", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", FIT, str(LLAMA_70B)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "heavy: [] exit: 0" in done.stdout, done.stdout + done.stderr
     assert "llama, 68.98 B parameters, 80 layers" in done.stdout
