@@ -143,7 +143,7 @@ def read_config(name: str) -> dict:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise FitError(f"--model_name_or_path {name}: cannot read its config.json ({exc})") from None
-    return config.get("text_config") or config if config.get("model_type") not in FAMILIES else config
+    return config
 
 
 # ---------------------------------------------------------------------------- training arguments

@@ -71,43 +71,61 @@ class Estimate:
     why: str = ""  # what does not fit, when something does not
 
 
+@dataclass(frozen=True)
+class State:
+    """What a rank keeps from step to step, in bytes: its weights (every_rank of them held whole
+    by every rank), gradients and optimizer state, wherever they live."""
+    weights: float
+    every_rank: float
+    gradients: float
+    optimizer: float
+    trainable: int
+    tb: int  # bytes of a trainable parameter
+    upcast: bool  # accelerate's fp32 master weights
+
+
+def state(model: Model, training: Training, strategy: Strategy, ranks: int) -> State:
+    # FSDP under mixed precision: accelerate upcasts what trains in full to fp32 before sharding
+    upcast = (strategy.sharded and training.mixed and not strategy.four_bit and not strategy.lora
+              and training.weight_bytes < 4)
+    trainable = lora_params(model, training) if strategy.lora else model.params
+    tb = 4 if strategy.lora or upcast else training.weight_bytes
+    held, every_rank = held_weights(model, training, strategy, trainable, tb)
+    share = ranks if strategy.sharded else 1
+    optimizer = 2 * trainable * (1 if training.optimizer_8bit else tb) / share
+    return State(held / share + every_rank, every_rank, trainable * tb / share, optimizer, trainable, tb, upcast)
+
+
 def estimate(model: Model, training: Training, strategy: Strategy, gpus: tuple[int, ...]) -> Estimate:
     if strategy.weight_bytes:
         training = replace(training, weight_bytes=strategy.weight_bytes)
-    ranks, b = sum(gpus), training.weight_bytes
-    # accelerate's fp32 master weights: FSDP with mixed precision upcasts what trains in full
-    upcast = strategy.sharded and training.mixed and not strategy.four_bit and not strategy.lora and b < 4
-    trainable = lora_params(model, training) if strategy.lora else model.params
-    tb = 4 if strategy.lora or upcast else b  # bytes of a trainable parameter
-    held, every_rank = held_weights(model, training, strategy, trainable, tb)
-    share = ranks if strategy.sharded else 1
-    weights, gradients = held / share + every_rank, trainable * tb / share
-    optimizer = 2 * trainable * (1 if training.optimizer_8bit else tb) / share
-    offloaded = weights - every_rank + gradients + optimizer if strategy.offload else 0.0
-    if training.paged and not strategy.offload:  # unified memory: the state pages out under pressure
-        offloaded, optimizer_on_gpu = optimizer, 0.0
-    else:
-        optimizer_on_gpu = optimizer
-    activations, gathered = passing_bytes(model, training, strategy, tb, ranks)
-    buckets = trainable * tb if not strategy.sharded and ranks > 1 else 0.0
+    ranks = sum(gpus)
+    st = state(model, training, strategy, ranks)
+    shard = st.weights - st.every_rank
+    # CPU offload moves the shards to host memory; a paged optimizer's state pages out there
+    offloaded = shard + st.gradients + st.optimizer if strategy.offload else \
+        st.optimizer if training.paged else 0.0
+    optimizer_on_gpu = 0.0 if strategy.offload or training.paged else st.optimizer
+    activations, gathered = passing_bytes(model, training, strategy, st.tb, ranks)
+    buckets = st.trainable * st.tb if not strategy.sharded and ranks > 1 else 0.0
     # A step never holds its gradients and its activations at once: the backward pass frees
     # each layer's activations as its gradients arrive (bench/fit_vs_measured.py: the peak is
     # weights, optimizer state and the larger of the two, within 2%).
     passing = gathered + activations
-    on_gpu = every_rank + passing if strategy.offload else weights + optimizer_on_gpu + max(gradients, passing)
+    on_gpu = st.every_rank + passing if strategy.offload else \
+        st.weights + optimizer_on_gpu + max(st.gradients, passing)
     overhead = CONTEXT_BYTES + buckets + FRAGMENTATION * (on_gpu + buckets)
     loading = (quantized_bytes(model, training) + CONTEXT_BYTES) * (1 + FRAGMENTATION) if strategy.four_bit else 0.0
-    shard = weights - every_rank if strategy.offload else 0.0
-    host = [host_bytes(model, training, strategy, n, (shard, offloaded), upcast, trainable) / GIB for n in gpus]
-    shown = [0.0 if strategy.offload else v for v in (weights - every_rank, gradients, optimizer_on_gpu)]
-    parts = {"weights": weights, "gradients": gradients, "optimizer": optimizer, "gathered": gathered,
+    held = (shard if strategy.offload else 0.0, offloaded)
+    host = [host_bytes(model, training, strategy, n, held, st.upcast, st.trainable) / GIB for n in gpus]
+    on = (lambda v: 0.0) if strategy.offload else (lambda v: v)
+    parts = {"weights": st.weights, "gradients": st.gradients, "optimizer": st.optimizer, "gathered": gathered,
              "activations": activations, "buckets": buckets}
     return Estimate(shown_name(strategy, ranks), strategy.arguments(training.lora_r),
-                    (shown[0] + every_rank + gathered) / GIB, shown[1] / GIB, shown[2] / GIB, activations / GIB,
-                    overhead / GIB, max(on_gpu + overhead, loading) / GIB, host, gathered=gathered / GIB,
-                    buckets=buckets / GIB, offloaded=offloaded / GIB, loading=loading / GIB,
-                    train_total=(on_gpu + overhead) / GIB,
-                    parts={k: v / GIB for k, v in parts.items()})
+                    (on(shard) + st.every_rank + gathered) / GIB, on(st.gradients) / GIB, optimizer_on_gpu / GIB,
+                    activations / GIB, overhead / GIB, max(on_gpu + overhead, loading) / GIB, host,
+                    gathered=gathered / GIB, buckets=buckets / GIB, offloaded=offloaded / GIB, loading=loading / GIB,
+                    train_total=(on_gpu + overhead) / GIB, parts={k: v / GIB for k, v in parts.items()})
 
 
 def quantized_bytes(model: Model, training: Training) -> float:
