@@ -220,10 +220,11 @@ def slurm_time(text: str) -> float:
 
 def requeue_is_old(info: Dict, seen_since: float) -> bool:
     """Whether a requeued job's requeue is NUDGE_AFTER seconds old, by Slurm's clock (SubmitTime
-    is reset to it) and by ours since ``seen_since`` (monotonic; for an instant after a requeue
-    SubmitTime can still be the old one: a nudge 3 ms after one failed the job)."""
-    return (time.monotonic() - seen_since > NUDGE_AFTER
-            and time.time() > slurm_time(info["SubmitTime"]) + NUDGE_AFTER)
+    is reset to it; every het component's, which Slurm requeues one after the other) and by ours
+    since ``seen_since`` (monotonic; for an instant after a requeue SubmitTime can still be the old
+    one: a nudge 3 ms after one failed the job)."""
+    submitted = max(slurm_time(c["SubmitTime"]) for c in info.get("components") or [info])
+    return time.monotonic() - seen_since > NUDGE_AFTER and time.time() > submitted + NUDGE_AFTER
 
 
 class RequeueNudger:

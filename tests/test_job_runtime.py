@@ -233,6 +233,26 @@ def test_a_hang_stops_the_job_and_retries_it_without_waiting_to_settle(job, caps
     assert record(job.files).failures == [Failure("hang", "node3")]
 
 
+def test_after_a_hang_the_ranks_left_get_10_s_from_the_term_to_the_kill(job, capsys):
+    """A hung rank takes no TERM (stopped, or stuck) and cannot checkpoint: KILL comes 10 s after the
+    TERM, not the 30 s a crash's survivors get (their time to end cleanly)."""
+    class Answering(Slurm):
+        def signal_steps(self, job_id):
+            self.termed = job.clock.now
+            return True
+
+        def kill_steps(self, job_id):
+            self.killed = job.clock.now
+    slurm = Answering()
+
+    def hang_check(**_):
+        beats(job.files, 0)
+        return (["rank 3 on node3 is stuck"], "node3") if job.clock.now >= 1020 else None
+    runtime, _ = job(slurm=slurm, hang_check=hang_check, hang_timeout=20.0)
+    assert runtime.main() == 0
+    assert slurm.killed - slurm.termed == pytest.approx(10, abs=0.5)
+
+
 def test_a_node_slurm_took_down_during_the_last_run_is_counted_and_left_out(job, capsys):
     JobRecord(open_run=NODES, state="training").save(job.files.record)
     runtime, _ = job(component_0=exits(0, 1001), component_1=exits(0, 1001), slurm=Slurm(bad={"node3": "DOWN*"}))

@@ -120,7 +120,7 @@ class SpareRuntime(Runtime):
     def _stop_steps(self, wait: float = STOP_SECONDS) -> None:
         for probe in self.probes.values():  # the stop's signal reaches them too: see _lost
             probe.crossed = probe.crossed or probe.proc.poll() is None
-        super()._stop_steps(wait)  # sooner: the spare's launch waits for the old steps to end
+        super()._stop_steps(min(wait, STOP_SECONDS))  # sooner: the spare's launch waits for the old steps to end
 
     def _failed(self, status: int) -> int:
         judged = self._judge(self.run.why, self.run.suspect, self._lost())

@@ -28,6 +28,9 @@ from slurmgen.job.states import JobSpec, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
 STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
+# After a hang, sooner: the hung rank cannot checkpoint, and the others, blocked in a collective with
+# it, end within seconds of the TERM (train.stop's watch); the rest is lost time.
+HUNG_STOP_SECONDS = 10
 PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
 
 
@@ -112,7 +115,7 @@ class Runtime(Checks):
             if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
                 if running:
                     say("slurmgen: stopping the components still running", err=True)
-                    self._stop_steps()
+                    self._stop_steps(HUNG_STOP_SECONDS if run.why == HANG else STOP_TASKS_SECONDS)
                 return self._end(run.status)
             if not running:
                 say("slurmgen: all components finished")

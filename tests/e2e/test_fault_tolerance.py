@@ -6,7 +6,7 @@ Each test runs real jobs rendered by `slurmgen render`, with real srun and torch
   rank checkpoint, the script requeues the job, the next run resumes at exactly that step and
   finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
   finish before the warning however idle the machine is);
-* preemption stand-in: `scancel --signal=USR2 --batch JOB` by hand mid-run, same result (ddp_loop);
+* preemption: tests/e2e/test_production.py's urgent job preempts a sharded (FSDP) train.ddp_loop run;
 * the warning with no restarts left (`--max-restarts 0`): a checkpoint, no requeue, FAILED;
 * a rank killed with SIGKILL mid-run: the job ends FAILED within 60 s, not requeued, the log
   names the failing component and node, and no rank of the job is left running;
@@ -194,15 +194,15 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
 
 
 # ----------------------------------------------------------------------------- tests
-# Slurm checks time limits every 30 s and sends the warning early rather than late: it arrives
-# GRACE to GRACE + 30 s before the limit, here 60 to 90 s after the start. train.sft reaches its
-# first step at least 15 s after the start, so the first run trains at most 75 s; its steps pause
-# 3 s each (first run only), so 30 steps take over 90 s: it cannot finish, whatever the machine's
-# load, and stops at about step 10 to 25. The resumed run has no pause: its 5 to 20 steps take 1
-# to 2.5 s each, and it ends 20 to 65 s after its start, mostly before its own warning. A warning
-# that still lands after its last stop check (a slow machine) must not requeue the finished run;
-# a third run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest
-# that lets the first run reach its first step before the warning.)
+# Slurm checks time limits every 30 s (PERIODIC_TIMEOUT) and sends the warning once the limit is
+# less than GRACE + 30 s away (send_job_warn_signal): here 30 to 60 s after the start. train.sft
+# reaches its first step at least 15 s after the start, so the first run trains at most 45 s; its
+# steps pause 3 s each (first run only), so 30 steps take over 90 s: it cannot finish, whatever the
+# machine's load, and stops at about step 1 to 12 (a warning before its first step stops it after
+# that step). The resumed run has no pause and ends mostly before its own warning. A warning that
+# still lands after its last stop check (a slow machine) must not requeue the finished run; a third
+# run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest that
+# leaves the first run time to start before the warning.)
 TIME_LIMIT = ["--time", "2", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
 TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its losses compare
 
@@ -224,26 +224,6 @@ def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_
     assert_same_weights(sft_reference, tmp_path / "run", TIME_LIMIT_STEPS)
     print(f"time limit: job {job_id} stopped at steps {saved}, restarts {info['Restarts']}, "
           f"{time.monotonic() - start:.0f} s")
-
-
-@pytest.mark.timeout(400)
-def test_preemption_signal_by_hand(cluster, assets, tmp_path):
-    """`scancel --signal=USR2 --batch JOB` mid-run: the same checkpoint, requeue and resume, here of a
-    sharded model (train.ddp_loop --fsdp): its gathered checkpoint resumes it, each of the 6 ranks
-    holding a sixth of the parameters."""
-    steps = 20
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
-                               [*ddp_args(assets, tmp_path, steps, save_steps=8), "--fsdp"], wait=False)
-    wait_progress(job_id, tmp_path / "run", 5)
-    subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
-    info = wait_with_nudges(job_id, timeout=300)
-    job = JobRun(job_id, info, tmp_path)
-    saved = assert_stopped_and_resumed(job, steps)
-    assert int(info["Restarts"]) == 1 and 5 <= saved[0] < steps
-    metrics = job.metrics()
-    assert metrics["sharding"] == "fsdp" and metrics["resumed_from_step"] == saved[0]
-    shares = metrics["param_bytes_per_rank"]
-    assert [share / (sum(shares) / 6) for share in shares] == pytest.approx([1] * 6, rel=0.2), shares
 
 
 @pytest.mark.timeout(300)
