@@ -78,8 +78,11 @@ def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True
     """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable` in submit_dir (where the job
     starts), poll until the job ends."""
     script = workdir / "job.sh"
+    # One CPU per GPU: the local cluster's nodes share this machine's two cores, and with two
+    # OpenMP threads per rank (the script's OMP_NUM_THREADS, from --cpus-per-gpu) six ranks spun
+    # on them for 1.6 s a step, where one thread each takes 0.1 s.
     cmd = [str(BIN / "slurmgen"), "render", "-o", str(script), "--log-dir", str(workdir / "logs"),
-           "--cpus-per-gpu", "2", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args,
+           "--cpus-per-gpu", "1", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args,
            "--", *train_args]
     subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
     job_id = slurm_helpers.submit(script, cwd=submit_dir)

@@ -57,6 +57,12 @@ def test_sft_on_uneven_nodes(sft_reference):
     assert "master node1:" in job.log
     assert "Traceback" not in job.log and "Error waiting on exit barrier" not in job.log
     assert job.left_on_nodes == []  # each node's last rank took the node's beat folder along
+    # Slurm binds each node's torchrun agent to its CPUs; on the 2-GPU nodes each worker takes
+    # its own share of them.
+    bound = dict(re.findall(r"slurmgen-train: rank (\d) \(local \d of 2\) bound to CPUs (\S+) of \S+", job.log))
+    assert sorted(bound) == ["2", "3", "4", "5"], job.log[-3000:]
+    for a, b in (("2", "3"), ("4", "5")):
+        assert not cores.cpus_in(bound[a]) & cores.cpus_in(bound[b]), bound
 
 
 @pytest.mark.timeout(600)
@@ -75,24 +81,6 @@ def test_classify_on_uniform_two_by_two(submit_job, assets, tmp_path):
     assert metrics["global_step"] == 60 and metrics["last_loss"] < metrics["first_loss"], metrics
     assert metrics["eval_accuracy"] >= 0.8, metrics  # the synthetic reviews' label is in their words
     assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-60"]
-
-
-@pytest.mark.timeout(600)
-def test_ddp_loop_on_uneven_nodes(submit_job, assets, tmp_path):
-    job = submit_job([*UNEVEN, "--module", "train.ddp_loop"], [
-        "--model_name_or_path", str(assets / "lm"), "--dataset", str(assets / "data" / "text.jsonl"),
-        "--output_dir", str(tmp_path / "run"), "--max_steps", "12", "--save_steps", "12",
-        "--batch_size", "4", "--lr", "3e-3"])
-    assert job.state == "COMPLETED", job.log
-    metrics = job.metrics()
-    assert_layout(metrics)
-    assert metrics["last_loss"] < metrics["first_loss"]
-    # Slurm binds each node's torchrun agent to its CPUs; on the 2-GPU nodes each worker takes
-    # its own share of them.
-    bound = dict(re.findall(r"slurmgen-train: rank (\d) \(local \d of 2\) bound to CPUs (\S+) of \S+", job.log))
-    assert sorted(bound) == ["2", "3", "4", "5"], job.log[-3000:]
-    for a, b in (("2", "3"), ("4", "5")):
-        assert not cores.cpus_in(bound[a]) & cores.cpus_in(bound[b]), bound
 
 
 @pytest.mark.core
@@ -167,12 +155,26 @@ def test_users_own_script_sees_every_rank(submit_job, tmp_path, launcher, ib_on_
     assert [r["gloo"] for r in ranks] == ["eth0", "eth0", "ib0", "ib0", "ib0", "ib0"]
 
 
+# accelerate's own scripts, one after the other in each rank, in one process group: each ends with
+# PartialState().destroy_process_group(), which only the last may do.
+BOTH_SCRIPTS = """
+import runpy, sys
+from accelerate import PartialState
+
+scripts, destroy = sys.argv[1:], PartialState.destroy_process_group
+for i, script in enumerate(scripts):
+    PartialState.destroy_process_group = destroy if i == len(scripts) - 1 else (lambda self, group=None: None)
+    runpy.run_path(script, run_name="__main__")
+    print("passed:", script.rsplit("/", 1)[1], flush=True)
+"""
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
-@pytest.mark.parametrize("script", ["test_ops.py", "test_sync.py"])
-def test_accelerates_own_test_scripts_pass_with_the_rank_hooks(submit_job, tmp_path, launcher, script):
-    """accelerate's distributed test scripts (from its wheel) as the user's code on 1,1,2,2, with the
-    rank hooks on, beside a sitecustomize of the user's own, which still runs in every rank."""
+def test_accelerates_own_test_scripts_pass_with_the_rank_hooks(submit_job, tmp_path, launcher):
+    """accelerate's distributed test scripts (test_ops.py, test_sync.py, from its wheel) as the user's
+    code on 1,1,2,2, with the rank hooks on, beside a sitecustomize of the user's own, which still runs
+    in every rank."""
     import accelerate
 
     scripts = Path(accelerate.__file__).parent / "test_utils" / "scripts"
@@ -181,9 +183,13 @@ def test_accelerates_own_test_scripts_pass_with_the_rank_hooks(submit_job, tmp_p
     (theirs / "sitecustomize.py").write_text(
         "import os\nif 'RANK' in os.environ:\n"
         f"    open({str(tmp_path / 'theirs')!r} + '-' + os.environ['RANK'], 'w').close()\n")
-    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(scripts / script),
-                      "--env", "ACCELERATE_USE_CPU=1", "--env", f"PYTHONPATH={theirs}"])
+    both = tmp_path / "both.py"
+    both.write_text(BOTH_SCRIPTS)
+    job = submit_job([*UNEVEN, "--launcher", launcher, "--script", str(both),
+                      "--env", "ACCELERATE_USE_CPU=1", "--env", f"PYTHONPATH={theirs}"],
+                     [str(scripts / "test_ops.py"), str(scripts / "test_sync.py")])
     assert job.state == "COMPLETED", job.log[-4000:]
+    assert job.log.count("passed: test_ops.py") == 6 and job.log.count("passed: test_sync.py") == 6, job.log[-4000:]
     assert sorted(p.name for p in tmp_path.glob("theirs-*")) == [f"theirs-{r}" for r in range(6)]
     assert "slurmgen rank hooks" not in job.log  # no hook failed
 

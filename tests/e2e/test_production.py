@@ -21,11 +21,14 @@ def test_preempted_by_an_urgent_job_checkpoints_requeues_and_finishes(cluster, a
     """A 1,1,2,2 training job in partition debug; a job in partition urgent (higher PriorityTier)
     needs node1's only GPU. Slurm preempts the training job, sending its --signal first
     (preempt_send_user_signal): every rank checkpoints, the script requeues the job without using
-    up a restart, the urgent job runs, and the training job resumes and finishes every step."""
+    up a restart, the urgent job runs, and the training job resumes and finishes every step. The
+    model is sharded (train.ddp_loop --fsdp): its gathered checkpoint resumes it, each of the 6 ranks
+    holding a sixth of the parameters."""
     production(cluster)
-    steps = 30
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop"],
-                               ddp_args(assets, tmp_path, steps, save_steps=100), wait=False)
+    steps = 40
+    # 0.5 s a step in the first run: the preemption lands mid-run however fast the steps
+    job_id = render_and_submit(tmp_path, [*UNEVEN, "--module", "train.ddp_loop", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.5"],
+                               [*ddp_args(assets, tmp_path, steps, save_steps=100), "--fsdp"], wait=False)
     urgent = None
     try:
         wait_progress(job_id, tmp_path / "run", 4)
@@ -43,6 +46,10 @@ def test_preempted_by_an_urgent_job_checkpoints_requeues_and_finishes(cluster, a
     saved = assert_stopped_and_resumed(job, steps, preempted=True)
     assert len(saved) == 1 and 4 <= saved[0] < steps
     assert slurm_helpers.job_info(urgent)["JobState"] == "COMPLETED"
+    metrics = job.metrics()
+    assert metrics["sharding"] == "fsdp" and metrics["resumed_from_step"] == saved[0]
+    shares = metrics["param_bytes_per_rank"]
+    assert [share / (sum(shares) / 6) for share in shares] == pytest.approx([1] * 6, rel=0.2), shares
 
 
 MEMORY_HOG = """

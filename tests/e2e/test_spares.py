@@ -21,7 +21,7 @@ from hostlist import expand_hostlist
 from tests import slurm_helpers
 from tests.e2e.conftest import CLUSTER, JobRun, render_and_submit
 from tests.e2e.test_fault_tolerance import ddp_args, job_log, progress_steps, wait_progress
-from tests.e2e.test_hangs import HANG_TIMEOUT, UNEVEN, beat_of, finished_every_step, reports
+from tests.e2e.test_hangs import HANG_TIMEOUT, UNEVEN, beat_of, finished_every_step, rank_section, reports
 
 
 def kill_node(name: str) -> float:
@@ -144,6 +144,8 @@ def test_a_plain_scripts_hung_rank_is_named_and_its_node_replaced_by_the_spare(s
     log = job_log(tmp_path, job_id)
     [report] = reports(tmp_path, job_id)
     assert f"rank 3 on {node}" in report and "suspect node: " + node in report, report[:3000]
+    assert re.search(rf"rank 3 on {node} \(step \d+, stopped by a signal \(SIGSTOP\?\)\) is in ", report), report[:3000]
+    assert re.search(r'File ".*plain\.py", line \d+ in <module>', rank_section(report, 3)), report  # the user's line
     assert re.search(rf"slurmgen: failure 1 of at most 2 \(hang on {node}\): restarting every component inside the"
                      rf" allocation from the newest checkpoint; {node} \(hang\) replaced by spare {spare}", log), log[-6000:]
     assert job.state == "COMPLETED" and "requeue" not in log.lower(), log[-6000:]
