@@ -111,9 +111,11 @@ def test_a_uniform_sweep_is_one_array_and_the_report_ranks_it(cluster, assets, t
 
 @pytest.mark.timeout(900)
 def test_an_uneven_sweep_is_het_jobs_at_most_two_at_once(cluster, assets, tmp_path):
+    """Three runs of a 1,2 layout (a het job of two nodes: two fit the cluster at once), at most two
+    at once: the third waits for the first to end."""
     train = ddp_args(assets, tmp_path, 6)
     train[train.index("--output_dir") + 1] = str(tmp_path / "sweep")
-    done = render(tmp_path, ["--nodes", "4", "--gpus", "1,1,2,2", "--module", "train.ddp_loop",
+    done = render(tmp_path, ["--nodes", "2", "--gpus", "1,2", "--module", "train.ddp_loop",
                              "--sweep", "lr=3e-3,1e-2,3e-2", "--max-parallel", "2"], train)
     submitter = tmp_path / "job-submit.sh"
     assert done.stdout.rstrip().endswith(f"submit with: bash {submitter}")
