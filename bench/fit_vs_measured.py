@@ -140,7 +140,7 @@ def predicted(model: Path, args: list[str], ranks: int) -> dict:
     return {"weights": parts["weights"], "gradients": parts["gradients"], "optimizer": parts["optimizer"],
             "buckets": parts["buckets"], "transient": parts["gathered"] + parts["activations"],
             "peak": parts["weights"] + parts["optimizer"] + parts["buckets"]
-            + max(parts["gradients"], parts["gathered"] + parts["activations"])}
+            + max(parts["gradients"] + parts["fsdp_buffers"], parts["gathered"] + parts["activations"])}
 
 
 def compare(measured: dict, fit: dict) -> list[tuple]:

@@ -26,7 +26,7 @@ def judge(est: Estimate, gpu_gib: tuple[float, ...], host_gib: tuple) -> Estimat
     short = []
     smallest = min(gpu_gib)
     if est.total > smallest:
-        what = "while loading" if est.loading > est.total - 0.05 and est.loading else "per GPU"
+        what = "while loading" if est.loading > est.train_total else "per GPU"
         short.append(f"{est.total:.1f} GiB {what} > {smallest:g}")
     over = [(need, have) for need, have in zip(est.host_per_node, host_gib) if have is not None and need > have]
     if over:
@@ -92,7 +92,6 @@ class Counted:
     name: str
     model: Model
     settings: dict
-    how: str  # "meta device" or "config.json"
 
 
 def torch_here() -> bool:
@@ -111,7 +110,7 @@ def count(spec) -> Counted:
         settings = fit_light.parse_settings(list(spec.train_args))
         name = settings["model_name_or_path"]
         shape = fit_light.count(fit_light.read_config(name), f"--model_name_or_path {name}")
-        return Counted(name, Model.from_json(shape), settings, "config.json")
+        return Counted(name, Model.from_json(shape), settings)
     from slurmgen.site.train_tools import run_tool
 
     run = run_tool("train.sizing", ["--", *spec.train_args])
@@ -120,8 +119,7 @@ def count(spec) -> Counted:
     if run.returncode != 0:
         raise FitError(run.why.removeprefix("error: "))
     data = json.loads(run.stdout)
-    return Counted(data["settings"]["model_name_or_path"], Model.from_json(data["model"]), data["settings"],
-                   "meta device")
+    return Counted(data["settings"]["model_name_or_path"], Model.from_json(data["model"]), data["settings"])
 
 
 def assess_spec(spec, ask=None) -> Fit:
