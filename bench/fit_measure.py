@@ -215,8 +215,9 @@ def main() -> None:
     argv = sys.argv[1:]
     out_dir = Path(argv[0])
     sft_args = argv[argv.index("--") + 1:]
-    import torch  # noqa: F401  (torch's libraries are part of the floor)
+    import importlib
 
+    importlib.import_module("torch")  # torch's libraries are part of the floor
     floor = rss_kib("VmRSS")
     from torch.distributed.fsdp import CPUOffloadPolicy
 
