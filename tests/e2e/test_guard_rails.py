@@ -45,22 +45,29 @@ def test_check_names_the_lines_of_the_seeds_script_that_would_fail_every_rank(cl
     assert "sbatch --test-only" not in result.stdout
 
 
-def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster):
-    """With --gpu-mem, check runs fit's arithmetic for the strategy the arguments choose: the seed's
-    70B model under DDP + LoRA on 24 GB GPUs is refused with the nearest strategy that fits;
-    FSDP + QLoRA passes."""
-    model = ["--model_name_or_path", str(REPO / "tests" / "data" / "llama-2-70b"), "--max_length", "512",
-             "--dtype", "bfloat16", "--use_peft"]
+def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster, tmp_path):
+    """With --gpu-mem, check runs fit's arithmetic for the strategy the arguments choose, on GPU memory and
+    on the host memory the cluster's nodes have (sinfo's RealMemory: 31.25 GiB here): a 7B Llama under
+    DDP + LoRA on 24 GB GPUs is refused (every rank of a node reads the whole model) with the nearest
+    strategy that fits; FSDP + LoRA, loaded by one reader per node, passes."""
+    import json
+
+    config = json.loads((REPO / "tests" / "data" / "llama-2-70b" / "config.json").read_text())
+    config.update(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=32)  # Llama-2-7b's shape
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = ["--model_name_or_path", str(tmp_path), "--max_length", "512", "--dtype", "bfloat16", "--use_peft"]
     result = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "with DDP + LoRA does not fit (151.5 GiB per GPU > 24); the nearest that fits: FSDP + QLoRA, with the" \
-           " training arguments --use_peft --lora_r 16 --load_in_4bit" in result.stdout
+    assert (f"cannot run: {tmp_path} with DDP + LoRA does not fit (35 GiB of host memory on a node > 31.25); the"
+            " nearest that fits: FSDP + LoRA, with the training arguments --use_peft --lora_r 16 --fsdp --fsdp_config"
+            """ '{"cpu_ram_efficient_loading": true}'""") in result.stdout, result.stdout
     assert result.stdout.rstrip().endswith(
         "result: the layout can run, but the model does not fit it with these training arguments")
-    fitting = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model, "--load_in_4bit",
-                    "--fsdp", "--bnb_4bit_quant_storage", "bfloat16")
+    fitting = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model, "--fsdp",
+                    "--fsdp_config", '{"cpu_ram_efficient_loading": true}')
     assert fitting.returncode == 0, fitting.stdout + fitting.stderr
-    assert "with FSDP + QLoRA: fits (18.4 GiB per GPU of 24)" in fitting.stdout
+    assert f"fit: {tmp_path} with FSDP + LoRA: fits (6.2 GiB per GPU of 23.88)" in fitting.stdout
 
 
 def test_check_refuses_four_nodes_with_two_gpus(cluster):
