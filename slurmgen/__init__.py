@@ -1,3 +1,3 @@
 """slurmgen: correct multi-node, multi-GPU training scripts for Slurm, uneven clusters included."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -10,12 +10,13 @@ PACKAGE = ROOT / "slurmgen"
 MAX_LINES = 350
 # Where code runs: what each folder may import from slurmgen (the commands at the top import all).
 MAY_IMPORT = {
-    # contract: the names the ranks' side defines (train/contract.py), for everything
-    "plan": {"plan", "site"},  # site only for the installed Slurm release, by passthrough
-    "script": {"plan", "script"},
+    # contract: the names the ranks' side defines (train/contract.py), for everything;
+    # runtime_spec: the record a rendered script hands the job runtime (plan writes it, job reads it)
+    "plan": {"plan", "site", "runtime_spec"},  # site only for the installed Slurm release, by passthrough
+    "script": {"plan", "script", "runtime_spec"},
     "site": {"plan", "site"},
-    "job": {"job", "site", "contract"},
-    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors", "contract"},
+    "job": {"job", "site", "contract", "runtime_spec"},
+    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors", "contract", "runtime_spec"},
     "observe": {"observe", "site", "job"},  # job: where a job's folder is
 }
 

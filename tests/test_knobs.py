@@ -29,7 +29,7 @@ def test_gloo_gets_nccls_interface_names_in_its_own_terms(render_args):
     # A plain list is prefixes to NCCL: the script finds its node's exact name for gloo.
     text, _ = render_text(render_args, "--nccl-socket-ifname", "ib,eth")
     assert "export NCCL_SOCKET_IFNAME='ib,eth'\n" in text
-    assert "IFACE_PATTERN='^(ib|eth)'\n" in text  # the job runtime's node_iface looks it up on each node
+    assert '"iface_prefixes": ["ib", "eth"]' in text  # the job runtime's node_iface looks them up on each node
     # ... on every node, in every launch step, not once on the batch host for all.
     launch = [line for line in text.splitlines() if "bash -c '" in line]
     assert launch and all("bash -c 'node_iface || exit; exec" in line for line in launch)
@@ -120,21 +120,21 @@ def test_offline_missing_local_path_is_not_fetched(render_args, tmp_path, monkey
                              " and not a hub name (OWNER/NAME)\n")
 
 
-def test_master_port_is_one_formula_for_scripts_and_tasks():
-    """The batch shell's MASTER_PORT and the submit path's are the same function of the job id."""
-    import subprocess
-
-    from slurmgen.job.runtime import RUNTIME
-    from slurmgen.plan.launch import job_port, job_port_settings
+def test_master_port_is_one_rule_for_scripts_and_tasks_and_never_the_inherited_one():
+    """The rendered script's runtime and the submit path's tasks take the port from one function of
+    the job id (slurmgen.job.rendezvous); an exported MASTER_PORT of the submitting shell is not it."""
+    from slurmgen.job.rendezvous import job_port, master_port
 
     # the expected ports worked out by hand: low + job id modulo the range's size
     expected = {(20000, 29999): {1: 20001, 7: 20007, 10_007: 20007, 123_456_789: 26789},
                 (31000, 31007): {1: 31001, 7: 31007, 10_007: 31007, 123_456_789: 31005}}
     for port_range, ports in expected.items():
         for job_id, port in ports.items():
-            shell = subprocess.run(["bash", "-c", f"{job_port_settings(port_range)}; source {RUNTIME}; job_port"],
-                                   env={"SLURM_JOB_ID": str(job_id)}, capture_output=True, text=True)
-            assert int(shell.stdout) == job_port(str(job_id), port_range) == port, (port_range, job_id)
+            env = {"SLURM_JOB_ID": str(job_id), "MASTER_PORT": "29500"}
+            assert job_port(str(job_id), port_range) == master_port(None, port_range, False, env) == port
+    assert master_port(31000, (20000, 29999), False, {"MASTER_PORT": "29500"}) == 31000  # --master-port
+    assert master_port(31000, (20000, 29999), True, {"SLURM_ARRAY_TASK_ID": "3"}) == 31003  # a sweep's run 3
+    assert master_port(31000, (20000, 29999), True, {"SLURMGEN_RUN": "2"}) == 31002  # a het sweep's run 2
 
 
 def test_exclusive_whole_nodes_for_every_component(render_args):

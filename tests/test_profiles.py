@@ -87,7 +87,7 @@ def test_a_profile_carries_the_options_of_real_training_scripts(render_args, tmp
         assert line in text.splitlines()
     assert "--kill-on-bad-exit=1 '--cpu-bind=cores' \\" in text
     assert "--rdzv-conf=timeout=300 '--tee=3' \"${TARGET[@]}\"" in text
-    assert "MASTER_ADDR_IP=1 " in text  # the job runtime looks the address up (getent ahostsv4)
+    assert '"master_addr_ip": true' in text  # the job runtime looks the address up (slurmgen.job.rendezvous)
 
 
 def test_the_summary_names_the_profile_file_it_applied(render_args, profile_dir):

@@ -320,7 +320,8 @@ def test_preemption_does_not_use_up_the_restarts(render_args, tmp_path):
     wait_for_training(proc, tmp_path)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + 30
-    while '"show", "job"' not in (tmp_path / "calls.jsonl").read_text() and time.monotonic() < deadline:
+    log = tmp_path / "calls.jsonl"
+    while '"show", "job"' not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1)
     assert proc.poll() is None, "the script must wait for Slurm to requeue it"

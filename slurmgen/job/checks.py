@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Optional
 
-from slurmgen import contract
+from slurmgen import __version__, contract
 from slurmgen.job import net_check, preflight
 from slurmgen.job.record import PREFLIGHT, SLOW
 from slurmgen.job.states import State
@@ -24,7 +24,8 @@ class Checks:
         began = self.clock()
         self._on_every_node("preflight_step", self.files.preflight, [[str(i)] for i in range(len(self._groups()))])
         nodes = self._node_count()
-        found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes)
+        needs = getattr(self.spec.preflight, "slurmgen", False)  # the ranks import slurmgen: the runtime's own
+        found = preflight.verdict(preflight.read_reports(self.files.preflight), nodes, __version__ if needs else "")
         for line in found.lines + [f"slurmgen: preflight of {nodes} node(s) took {self.clock() - began:.1f} s"]:
             say(line)
         if not found.passed:

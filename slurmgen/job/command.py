@@ -1,9 +1,8 @@
-"""The job runtime's command line (`python -m slurmgen.job --job ...`, from runtime.sh): the
-batch script's settings as a JobSpec, with the real Slurm, processes and hang watch wired in."""
+"""The job runtime's command (`python -m slurmgen.job`, from runtime.sh): the batch script's runtime
+spec (slurmgen.runtime_spec) as a JobSpec, with the real Slurm, processes and hang watch wired in."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -14,34 +13,22 @@ from slurmgen.job.record import JobFiles
 from slurmgen.job.replace import SpareRuntime
 from slurmgen.job.runtime import Runtime
 from slurmgen.job.spares import Placement
-from slurmgen.job.states import Component, JobSpec, StragglerRule
+from slurmgen.job.states import JobSpec
 from slurmgen.job.steps import Steps
+from slurmgen.runtime_spec import SPEC_ENV, FormatError, RuntimeSpec, older_script_line
 
 
-def parse(argv: list[str]) -> JobSpec:
-    p = argparse.ArgumentParser(prog="python -m slurmgen.job")
-    p.add_argument("--job", required=True)
-    p.add_argument("--logs", required=True)
-    p.add_argument("--world-size", type=int, required=True)
-    p.add_argument("--max-restarts", type=int, default=3)
-    p.add_argument("--max-failures", type=int, default=2)
-    p.add_argument("--hang-timeout", type=float, default=0)
-    p.add_argument("--stop-wait", type=float, default=170)
-    p.add_argument("--stop-grace", type=float, default=0)
-    p.add_argument("--preflight", action="store_true")
-    p.add_argument("--spares", type=int, default=0)
-    p.add_argument("--net-check", nargs=2, type=float, metavar=("RATIO", "FLOOR_GBPS"))
-    p.add_argument("--stragglers", nargs=3, metavar=("RATIO", "WINDOW", "ACTION"))
-    p.add_argument("--component", nargs=4, action="append", required=True, metavar=("NAME", "NODES", "GPUS", "LAUNCH"))
-    a = p.parse_args(argv)
-    components = tuple(Component(name, int(nodes), int(gpus), launch) for name, nodes, gpus, launch in a.component)
-    return JobSpec(a.job, JobFiles.of(a.logs, a.job), a.world_size, components, a.max_restarts, a.max_failures,
-                   a.hang_timeout, a.stop_wait, a.stop_grace, a.preflight,
-                   poll=float(os.environ.get("SLURMGEN_POLL_SECONDS", "1")),
-                   settle=float(os.environ.get("SLURMGEN_SETTLE_SECONDS", "10")), spares=a.spares,
-                   net_check=tuple(a.net_check) if a.net_check else None,
-                   stragglers=StragglerRule(float(a.stragglers[0]), int(a.stragglers[1]), a.stragglers[2])
-                   if a.stragglers else None)
+def parse(env) -> JobSpec:
+    """The job as the batch script describes it: its runtime spec (SLURMGEN_RUNTIME_SPEC, whose format
+    is checked here too) and Slurm's job id."""
+    spec = RuntimeSpec.from_json(env.get(SPEC_ENV, "")) if env.get(SPEC_ENV) else None
+    if spec is None:
+        raise FormatError(older_script_line())
+    job = env["SLURM_JOB_ID"]
+    return JobSpec(job, JobFiles.of(spec.logs, job), spec.world_size, spec.components, spec.max_restarts,
+                   spec.max_failures, spec.hang_timeout, spec.stop_wait, spec.stop_grace, spec.preflight,
+                   poll=float(env.get("SLURMGEN_POLL_SECONDS", "1")), settle=float(env.get("SLURMGEN_SETTLE_SECONDS", "10")),
+                   spares=spec.spare_nodes, net_check=spec.net_check, stragglers=spec.stragglers)
 
 
 def job_nodes() -> list[str]:
@@ -59,13 +46,17 @@ def stragglers_of(spec: JobSpec):
     return partial(stragglers.look, spec.stragglers.ratio) if spec.stragglers else None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] = ()) -> int:
     # The batch script turns the warning (USR2, or TERM) into the stop file; here the signals only
     # must not end the runtime (a requeue TERMs every process of the job, this one too, before the
     # exclusion that must follow it). Handled, not ignored: the steps started here get them.
     for signum in (signal.SIGUSR2, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    spec = parse(argv)
+    try:
+        spec = parse(os.environ)
+    except FormatError as err:
+        print(err, file=sys.stderr)
+        return 1
     spec.files.folder.mkdir(parents=True, exist_ok=True)
     het = len(spec.components) > 1
     groups = [(str(i) if het else "-", c.nodes) for i, c in enumerate(spec.components)]

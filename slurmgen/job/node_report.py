@@ -60,6 +60,19 @@ def gpu_models():
     return [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.count(",") == 2]
 
 
+def slurmgen_version():
+    """The __version__ of the slurmgen this Python would import, read from its file (importing it here
+    would cost the report its speed), or "missing"."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("slurmgen")
+        text = open(spec.origin).read() if spec and spec.origin else ""
+    except (ImportError, OSError):
+        text = ""
+    found = re.search(r"^__version__ = [\"']([^\"']+)[\"']", text, re.M)
+    return found.group(1) if found else "missing"
+
+
 def target_found(kind, target):
     try:
         if kind == "module":
@@ -89,6 +102,7 @@ report = {
     "torch": version("torch"),
     "nccl": next((v for v in (version("nvidia-nccl-cu%d" % c) for c in (13, 12, 11)) if v != "missing"), "none"),
     **{name: version(name) for name in ("transformers", "trl", "datasets")},
+    "slurmgen": slurmgen_version(),
     "gpus": "%d of %s" % (len(gpus), expected),
     "target": "found" if target_found(kind, target) else "MISSING: " + target,
     "interface": "found" if interfaces_found(nccl_names) else "MISSING: " + nccl_names,

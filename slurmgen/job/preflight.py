@@ -10,11 +10,15 @@ from dataclasses import dataclass
 FIELDS = ("python", "torch", "nccl", "transformers", "trl", "datasets")
 
 
-def problems(reports: list[dict], nodes: int) -> list[tuple[str, str, str, str]]:
+def problems(reports: list[dict], nodes: int, slurmgen: str = "") -> list[tuple[str, str, str, str]]:
     """(node, what, found, expected) for every difference. One report per node of each component:
     Slurm may put two components on one node (a 1,1,2,2 job on 8-GPU nodes), and that is fine:
-    each component has its own torchrun agent, node rank and GPUs there."""
+    each component has its own torchrun agent, node rank and GPUs there. slurmgen: the version the
+    ranks must import (the job runtime's own), where they import slurmgen at all (its train.* entry
+    points, the rank hooks), else ""; a node that has another (a container's image) differs."""
     found = [("(job)", "node reports", str(len(reports)), str(nodes))] if len(reports) != nodes else []
+    found += [(r["host"], "slurmgen", r["slurmgen"], slurmgen) for r in reports
+              if slurmgen and r.get("slurmgen", slurmgen) != slurmgen]
     for f in FIELDS:
         usual = collections.Counter(r[f] for r in reports).most_common(1)[0][0] if reports else ""
         found += [(r["host"], f, r[f], usual) for r in reports if r[f] != usual]
@@ -73,16 +77,17 @@ class Verdict:
     precision: str = ""  # bf16 or fp16 for every rank; "" when no node reported a GPU
 
 
-def verdict(reports: list[dict], nodes: int) -> Verdict:
-    found = problems(reports, nodes)
+def verdict(reports: list[dict], nodes: int, slurmgen: str = "") -> Verdict:
+    found = problems(reports, nodes, slurmgen)
     if found:
         lines = ["slurmgen: preflight failed; not starting training:"]
         lines += table([("node", "what", "found", "expected")] + sorted(found))
         hosts = {host for host, *_ in found}
         culprit = next(iter(hosts)) if len(hosts) == 1 and "(job)" not in hosts else ""
         return Verdict(False, lines, culprit)
+    shown = ("python", "torch", "transformers", "trl", "datasets") + (("slurmgen",) if slurmgen else ())
     lines = ["slurmgen: preflight passed on %d node(s): " % len(reports)
-             + ", ".join(f + " " + reports[0][f] for f in ("python", "torch", "transformers", "trl", "datasets"))]
+             + ", ".join(f + " " + reports[0][f] for f in shown)]
     choice, line = precision(reports)
     lines += [line] if line else []
     shared = sorted(h for h, n in collections.Counter(r["host"] for r in reports).items() if n > 1)

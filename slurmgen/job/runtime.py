@@ -1,8 +1,8 @@
 """The job runtime: everything that decides inside a running job, in one loop over one set of states.
 
-The generated batch script sources runtime.sh (whose path `python -m slurmgen.job.runtime` prints),
-which finds the rendezvous, writes the launch functions to the job's folder and starts
-`python -m slurmgen.job --job ...` (command.py). From there this module runs the job: preflight and
+The generated batch script sources runtime.sh (whose path `python -m slurmgen.job.runtime --format`
+prints, after the runtime spec format it speaks), which has the rendezvous found (prepare.py), writes
+the launch functions to the job's folder and starts `python -m slurmgen.job` (command.py). From there this module runs the job: preflight and
 its verdict, the components started and watched, fail-fast, the hang watch, the time-limit stop,
 and the end: finished, requeued (a restart, or a retry after a failure, without the nodes to
 blame), left to Slurm's preemption, or failed. What it must remember across runs is one
@@ -308,5 +308,10 @@ def _nodelist_var(i: int, components: int) -> str:
     return f"SLURM_JOB_NODELIST_HET_GROUP_{i}" if components > 1 else "SLURM_JOB_NODELIST"
 
 
-if __name__ == "__main__":  # the batch script asks where the shell part is
-    print(RUNTIME)
+if __name__ == "__main__":  # the batch script asks which format this runtime speaks, and where its shell part is
+    import sys
+
+    from slurmgen import __version__
+    from slurmgen.runtime_spec import FORMAT
+
+    print(f"{FORMAT} {__version__} {RUNTIME}" if sys.argv[1:] == ["--format"] else RUNTIME)  # bare: 0.1.0's scripts ask so

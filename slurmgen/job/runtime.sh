@@ -1,53 +1,41 @@
 # shellcheck shell=bash
 # slurmgen's job runtime, its shell part: what a generated batch script does around its launch
-# lines. The script sets the settings below, defines one launch function per component
-# (component_0, ...), sources this file (the path `python3 -m slurmgen.job.runtime` prints) and
-# calls run_job with them. It runs in the batch shell on the job's first node, where Slurm's
-# signals arrive. Everything that decides (preflight's verdict, fail-fast, retries and exclusion,
-# requeues, the time-limit stop, the hang watch) is slurmgen.job.runtime, in Python, which run_job
-# starts and which starts the launch functions from the job's folder.
+# lines. The script exports its runtime spec (SLURMGEN_RUNTIME_SPEC, slurmgen/runtime_spec.py: one
+# JSON record, checked here for its format first), defines one launch function per component
+# (component_0, ...), sources this file (the path `python3 -m slurmgen.job.runtime --format`
+# prints) and calls run_job with them. It runs in the batch shell on the job's first node, where
+# Slurm's signals arrive. Everything that decides (the rendezvous, preflight's verdict, fail-fast,
+# retries and exclusion, requeues, the time-limit stop, the hang watch) is slurmgen.job, in Python,
+# which run_job starts and which starts the launch functions from the job's folder.
 #
-# Settings: PYTHON LOGS MAX_RESTARTS MAX_FAILURES STOP_WAIT STOP_GRACE HANG_TIMEOUT SPARES, MASTER_PORT
-# or PORT_LOW and PORT_SPAN, MASTER_ADDR_IP MASTER_IFACE IFACE_PATTERN; arrays PREFLIGHT (KIND
-# TARGET MODEL; empty: no preflight), NET_CHECK (RATIO FLOOR; empty: no network check), STRAGGLERS
-# (RATIO WINDOW ACTION; empty: no straggler watch), COMPONENT_NAMES COMPONENT_NODES COMPONENT_GPUS (the last
-# two with the spare nodes' group after the components where SPARES > 0), and
-# CONTAINER_SRUN CONTAINER_EXEC (the steps' container words) where a container is used. From the
-# environment: SLURMGEN_WORLD_SIZE, EARLY_WARNING (1: a warning came before run_job).
+# From the script: PYTHON, TARGET (what every rank runs), CONTAINER_SRUN CONTAINER_EXEC (the steps'
+# container words) where a container is used, EARLY_WARNING (1: a warning came before run_job).
 
 RUNTIME_DIR=$(dirname "${BASH_SOURCE[0]}")
 
 run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
-    local job_dir="$LOGS/.slurmgen-$SLURM_JOB_ID" i runtime
-    HET=$(( ${#COMPONENT_NODES[@]} > 1 ))  # the spares make a group too
-    find_rendezvous || exit 1
-    mkdir -p "$job_dir" || exit 1
-    # What the ranks read and write: the stop file (made at a warning), rank 0's word on how
-    # training ended ("stopped|finished STEP"), and one heartbeat file per rank.
-    export SLURMGEN_STOP_FILE="$job_dir/stop" SLURMGEN_OUTCOME_FILE="$job_dir/outcome" SLURMGEN_HEARTBEAT_DIR="$job_dir/beats"
+    local settings runtime
+    # The spec's format checked, the rendezvous found, the job's folder made (prepare.py): JOB_DIR,
+    # HET, the files' and the rendezvous' exported variables, PREFLIGHT COMPONENT_NODES COMPONENT_GPUS
+    # (for the steps), IFACE_PATTERN where nodes pick their interface by prefix.
+    settings=$("$PYTHON" -m slurmgen.job.prepare) || exit 1
+    eval "$settings"
+    if [[ -n ${IFACE_PATTERN:-} ]]; then  # nodes may name their interfaces differently
+        export -f node_iface
+    fi
+    if [[ -n ${SLURMGEN_RANK_HOOKS_PYTHON:-} ]]; then  # in an image: its own slurmgen's rank hooks
+        export -f image_rank_hooks
+    fi
     # The ranks beat into a folder on their node, which one rank publishes (train/contract.py);
     # not in a container, whose /tmp the hang watch's look from outside may not see.
     [[ -n "${CONTAINER_SRUN[*]}${CONTAINER_EXEC[*]}" ]] || export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
-    rm -f "$SLURMGEN_STOP_FILE"  # an earlier run's
     trap ': > "$SLURMGEN_STOP_FILE"' USR2 TERM  # the time-limit warning (or a preemption's TERM)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"
     # The launch functions and what they read, for the runtime to run each in a bash of its own.
     { declare -p PYTHON RUNTIME_DIR HET PREFLIGHT COMPONENT_NODES COMPONENT_GPUS TARGET CONTAINER_SRUN CONTAINER_EXEC 2>/dev/null
-      declare -f het_group preflight_step net_check_step probe_step "$@"; } > "$job_dir/launch.sh"
-    local args=(--job "$SLURM_JOB_ID" --logs "$LOGS" --world-size "$SLURMGEN_WORLD_SIZE" --max-restarts "$MAX_RESTARTS"
-                --max-failures "$MAX_FAILURES" --hang-timeout "$HANG_TIMEOUT" --stop-wait "$STOP_WAIT" --stop-grace "$STOP_GRACE")
-    (( ${#PREFLIGHT[@]} == 0 )) || args+=(--preflight)
-    (( ${#NET_CHECK[@]} == 0 )) || args+=(--net-check "${NET_CHECK[@]}")
-    if (( ${#STRAGGLERS[@]} )); then  # the ranks time their forward passes over the window (train/compute_time.py)
-        args+=(--stragglers "${STRAGGLERS[@]}")
-        export SLURMGEN_STRAGGLER_WINDOW=${STRAGGLERS[1]}
-    fi
-    (( ! ${SPARES:-0} )) || args+=(--spares "$SPARES")
-    for i in "${!COMPONENT_NAMES[@]}"; do
-        args+=(--component "${COMPONENT_NAMES[i]}" "${COMPONENT_NODES[i]}" "${COMPONENT_GPUS[i]}" "${@:$((i + 1)):1}")
-    done
+      declare -f het_group preflight_step net_check_step probe_step "$@"; } > "$JOB_DIR/launch.sh"
     # Started with the warning signals ignored until it sets its own handlers (see command.py).
-    (trap '' USR2 TERM; exec "$PYTHON" -m slurmgen.job "${args[@]}") &
+    (trap '' USR2 TERM; exec "$PYTHON" -m slurmgen.job) &
     runtime=$!
     while kill -0 "$runtime" 2>/dev/null; do wait "$runtime"; done  # a warning interrupts wait
     wait "$runtime"
@@ -82,7 +70,7 @@ probe_step() {  # GROUP NODE: a step of nothing on NODE; the runtime's look for 
     exec srun --het-group="$1" --nodelist="$2" --nodes=1 --ntasks=1 --overlap --mem=0 --gres=none --quiet true
 }
 
-# ---- rendezvous: rank 0's node (the first of component 0) hosts it --------------------------------
+# ---- each step's node: its own interface for NCCL's prefixes (rendezvous.py's rule, per node) ------
 
 node_iface() {  # NCCL's prefixes to this node's exact interface name, for gloo (every step runs it)
     GLOO_SOCKET_IFNAME=$(sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | LC_ALL=C sort | grep -m1 -E "$IFACE_PATTERN") ||
@@ -90,33 +78,11 @@ node_iface() {  # NCCL's prefixes to this node's exact interface name, for gloo 
     export GLOO_SOCKET_IFNAME
 }
 
-find_rendezvous() {
-    local iface=$MASTER_IFACE first
-    if [[ -n $IFACE_PATTERN ]]; then  # nodes may name their interfaces differently
-        export IFACE_PATTERN
-        export -f node_iface
-        node_iface || return 1
-        iface=$GLOO_SOCKET_IFNAME
+image_rank_hooks() {  # the rank hooks of the slurmgen the image's Python imports, on PYTHONPATH (every step in it)
+    local dir
+    if dir=$(PYTHONSAFEPATH=1 "$SLURMGEN_RANK_HOOKS_PYTHON" -c 'import train.rank_hooks as h; print(h.DIR)' 2>/dev/null); then
+        export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        echo "slurmgen: cannot import train.rank_hooks in the image on $(hostname): your code runs without the rank hooks" >&2
     fi
-    first=$(component_nodes 0)
-    MASTER_ADDR=$(scontrol show hostnames "${first:?not in a Slurm job}" | head -n 1)
-    if (( MASTER_ADDR_IP )); then  # an IPv4 address: names may not resolve on the fast network
-        MASTER_NODE=$MASTER_ADDR
-        if [[ -n $iface ]]; then  # this shell runs on rank 0's node, which owns the interface
-            [[ ${SLURMD_NODENAME:-} == "$MASTER_NODE" ]] &&
-                MASTER_ADDR=$(ip -4 -o addr show dev "$iface" 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
-        else
-            MASTER_ADDR=$(getent ahostsv4 "$MASTER_NODE" | awk '{ print $1; exit }')
-        fi
-        if [[ -z $MASTER_ADDR || $MASTER_ADDR == "$MASTER_NODE" ]]; then
-            echo "slurmgen: --master-addr-ip: no IPv4 address for $MASTER_NODE${iface:+ on interface $iface}" >&2
-            return 1
-        fi
-    fi
-    MASTER_PORT=${MASTER_PORT:-$(job_port)}
-    export MASTER_ADDR MASTER_PORT
-}
-
-job_port() {  # two jobs on a node get different ports (slurmgen.plan.launch.job_port, for the submit path)
-    echo $(( PORT_LOW + SLURM_JOB_ID % PORT_SPAN ))
 }

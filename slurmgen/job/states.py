@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import Optional, Union
 
 from slurmgen.job.record import CRASH, JobFiles
+from slurmgen.runtime_spec import Component, Preflight, StragglerRule  # noqa: F401  (the runtime's words too)
 
 
 class State(str, Enum):
@@ -23,14 +24,6 @@ class State(str, Enum):
 
 
 @dataclass(frozen=True)
-class Component:
-    name: str  # as the log names it: "component 0 (2 node(s) x 1 GPU)"
-    nodes: int
-    gpus: int  # per node
-    launch: str  # its launch function in the script
-
-
-@dataclass(frozen=True)
 class JobSpec:
     job: str
     files: JobFiles
@@ -41,23 +34,16 @@ class JobSpec:
     hang_timeout: float = 0  # 0: no hang watch
     stop_wait: float = 170  # ranks' time to checkpoint after the warning
     stop_grace: float = 0  # a script that takes no stop file gets this long, then TERM (0: never)
-    preflight: bool = False
+    preflight: Union[bool, Preflight] = False  # what every node must run (a bool in tests)
     poll: float = 1.0
     settle: float = 10.0  # the others' time to end after the first failure
     spares: int = 0  # idle nodes, the last het group: a failed run restarts inside the allocation
     net_check: Optional[tuple[float, float]] = None  # (ratio to the median, floor GB/s); None: no network check
-    stragglers: Optional["StragglerRule"] = None  # None: no straggler watch
+    stragglers: Optional[StragglerRule] = None  # None: no straggler watch
 
     @property
     def layout(self) -> list[tuple[int, int]]:  # (GPUs per node, nodes) per component
         return [(c.gpus, c.nodes) for c in self.components]
-
-
-@dataclass(frozen=True)
-class StragglerRule:
-    ratio: float  # a rank whose compute time per step is this many times the median's is slow
-    window: int  # steps its figure is the mean of
-    action: str = "warn"  # or "exclude": requeued (or a spare taken) without its node
 
 
 @dataclass

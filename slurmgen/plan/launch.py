@@ -1,5 +1,6 @@
 """What a job's launch needs beyond its layout, shared by rendered scripts and the submit path:
-the port formula, container arguments, interface names and the variables every rank gets."""
+container arguments, interface names and the variables every rank gets. (Where the ranks meet,
+the port and each node's interface, is the job's own rule: slurmgen.job.rendezvous.)"""
 
 from __future__ import annotations
 
@@ -8,21 +9,6 @@ from typing import Optional
 
 from slurmgen.plan.spec import SHIPPED_MODULES, JobSpec
 from slurmgen.plan.words import train_arg
-
-
-# The master port of a job: LOW + job id % span, the same for every task of the job and
-# different for neighbouring jobs. Rendered scripts evaluate it in the batch shell, the submit
-# path in each task; both come from here (the training side only reads MASTER_PORT).
-def job_port(job_id: str, port_range: tuple[int, int]) -> int:
-    low, high = port_range
-    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
-    return low + int(digits) % (high - low + 1)
-
-
-def job_port_settings(port_range: tuple[int, int]) -> str:
-    """job_port's range as the job runtime's settings (its job_port is the same function)."""
-    low, high = port_range
-    return f"PORT_LOW={low} PORT_SPAN={high - low + 1}"
 
 
 def container_dirs(spec: JobSpec, *dirs: Optional[str]) -> list[str]:
@@ -72,11 +58,6 @@ def gloo_socket_ifname(nccl_value: str) -> Optional[str]:
 def iface_prefixes(nccl_value: str) -> list[str]:
     """The prefixes of a plain --nccl-socket-ifname list (none for "=" and "^" lists)."""
     return [] if nccl_value[:1] in ("=", "^") else [p for p in nccl_value.split(",") if p]
-
-
-def matching_iface(prefixes: list[str], names: list[str]) -> Optional[str]:
-    """The first interface, in the given order of names, that starts with one of the prefixes."""
-    return next((n for n in names if any(n.startswith(p) for p in prefixes)), None)
 
 
 def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:

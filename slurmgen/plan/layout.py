@@ -38,6 +38,13 @@ class Component:
         """Tasks in this component's step; explicit because a step inherits the job's task count."""
         return self.nodes * self.tasks_per_node
 
+    @property
+    def name(self) -> str:
+        """As the script's header and the job log name it: "component 0 (2 node(s) x 1 GPU)"."""
+        gpus = "GPU" if self.gpus_per_node == 1 else "GPUs"
+        typed = f" {self.gpu_type}" if self.gpu_type else ""
+        return f"component {self.index} ({self.nodes} node(s) x {self.gpus_per_node}{typed} {gpus})"
+
 
 @dataclass(frozen=True)
 class Plan:

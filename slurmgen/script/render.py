@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import re
 from pathlib import Path
 
 import jinja2
@@ -14,10 +13,11 @@ from slurmgen import __version__
 from slurmgen.plan.layout import Plan, model_path
 from slurmgen.plan.passthrough import sbatch_lines
 from slurmgen.plan.sweep import dependency, waits_for
-from slurmgen.plan.launch import (container_args, container_dirs, container_exec, gloo_socket_ifname, iface_prefixes,
-                                  job_port_settings, rank_exports)
+from slurmgen.plan.launch import container_args, container_dirs, container_exec, iface_prefixes, rank_exports
+from slurmgen.plan.runtime import runtime_spec, stop_wait
 from slurmgen.plan.spec import DEFAULT_LOG_NAME
 from slurmgen.plan.words import count_runs
+from slurmgen.runtime_spec import FORMAT
 
 
 def template_dir() -> Path:
@@ -123,24 +123,6 @@ def _words(args) -> str:
     return "".join(f" {shell_quote(arg)}" for arg in args)
 
 
-def _master_iface(spec) -> str:
-    """The interface whose address --master-addr-ip gives, as a shell word: the first exact name
-    of --nccl-socket-ifname, or the one the script found for its prefixes, else none (an
-    exclusion list: the name is resolved)."""
-    if not spec.nccl_socket_ifname:
-        return ""
-    if iface_prefixes(spec.nccl_socket_ifname):
-        return ""  # the runtime takes the one it finds on rank 0's node
-    gloo = gloo_socket_ifname(spec.nccl_socket_ifname)
-    return shell_quote(gloo.split(",")[0]) if gloo else ""
-
-
-def _iface_pattern(spec) -> str:
-    """grep -E pattern of --nccl-socket-ifname's prefixes, for the script to find its interface."""
-    prefixes = iface_prefixes(spec.nccl_socket_ifname) if spec.nccl_socket_ifname else []
-    return "^(" + "|".join(re.escape(p) for p in prefixes) + ")" if prefixes else ""
-
-
 _NO_PYTHON = {"torchrun": " --no-python", "accelerate": " --no_python", "srun": ""}
 
 
@@ -165,14 +147,6 @@ def _container_flags(spec) -> str:
     return "".join(quoted)
 
 
-def _port_settings(spec, plan) -> str:
-    """The job runtime's rendezvous port: --master-port (a sweep's run i takes port + i), else
-    LOW + job id % SPAN (slurmgen.plan.launch.job_port), so that two jobs on a node differ."""
-    if spec.master_port:
-        return f"MASTER_PORT=$(( {spec.master_port} + RUN ))" if plan.runs else f"MASTER_PORT={spec.master_port}"
-    return job_port_settings(spec.port_range)
-
-
 def _place(comp, spares: bool) -> dict:
     """The words of a launch line that say where its ranks go: the component's own, or with
     --spares where the job runtime puts each part (slurmgen.job.spares.Part: the function's
@@ -188,12 +162,6 @@ def _place(comp, spares: bool) -> dict:
             "usage": "  # GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST: the job runtime's choice (--spares)"}
 
 
-def _component_name(comp) -> str:
-    gpus = "GPU" if comp.gpus_per_node == 1 else "GPUs"
-    typed = f" {comp.gpu_type}" if comp.gpu_type else ""
-    return f"component {comp.index} ({comp.nodes} node(s) x {comp.gpus_per_node}{typed} {gpus})"
-
-
 def run_length(counts) -> str:
     """1,1,2,2 -> 1(x2),2(x2): Slurm's own compact form, so 1024 nodes stay one short line."""
     return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in count_runs(counts))
@@ -201,10 +169,7 @@ def run_length(counts) -> str:
 
 def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
-    # The warning comes GRACE to GRACE + 30 s before the end: 10 s are left for the requeue.
-    stop_wait = max(spec.grace - 10, 5)
-    iface_pattern = _iface_pattern(spec)
-    slow = spec.slow_nodes
+    by_prefix = bool(spec.nccl_socket_ifname and iface_prefixes(spec.nccl_socket_ifname))
     context = {
         "spec": spec,
         "plan": plan,
@@ -218,17 +183,16 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "het_flag": [f"--het-group={_place(c, bool(plan.spare))['group']} " if plan.heterogeneous else ""
                      for c in plan.components],
         "place": [_place(c, bool(plan.spare)) for c in plan.components],
-        "component_names": [_component_name(c) for c in plan.components],
+        "component_names": [c.name for c in plan.components],
         "component_options": [_component_options(spec, c) for c in plan.groups],
         "srun_flags": _words(spec.srun_args),
         # Launcher flags after slurmgen's own; a program is started as it is, without Python.
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
-        "master_ip_iface": _master_iface(spec),
-        "iface_pattern": iface_pattern,
-        # Launch steps first take their own node's interface (the job runtime's node_iface).
-        "node_setup": "node_iface || exit; " if iface_pattern else "",
+        # Launch steps first take their own node's interface (the job runtime's node_iface), and in an
+        # image the rank hooks of the slurmgen there (image_rank_hooks).
+        "node_setup": ("node_iface || exit; " if by_prefix else "")
+        + ("image_rank_hooks; " if spec.container_image and spec.rank_hooks_on else ""),
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
-        "model_path": model_path(spec),
         "container_flags": _container_flags(spec),
         "container_exec": "".join(f"{_quote_keeping_vars(word)} " for word in
                                   container_exec(spec, "$SLURM_SUBMIT_DIR", spec.log_dir)),
@@ -237,18 +201,11 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "exports": rank_exports(spec),
         # OMP_NUM_THREADS, unless the user's --env sets it
         "threads": None if any(k == "OMP_NUM_THREADS" for k, _ in spec.env) else spec.threads_per_rank,
-        "stop_wait": stop_wait,
-        # A script that does not take the stop file (no Trainer) keeps training this long after
-        # a warning, then gets SIGTERM
-        "stop_grace": min(30, stop_wait) if spec.rank_hooks_on else 0,
-        # The rendezvous port: fixed (plus the run of a sweep), or from the job id in a range
-        "port_settings": _port_settings(spec, plan),
+        "stop_wait": stop_wait(spec.grace),
         "dependency": dependency(spec.after),
-        # The network check between the nodes (spares included), and the straggler watch between ranks
-        "net_check": f"{slow.net_check_ratio:g} {slow.net_min_gbps:g}"
-        if slow.net_check and sum(c.nodes for c in plan.groups) > 1 else "",
-        "stragglers": f"{slow.straggler_ratio:g} {slow.straggler_window} {slow.straggler_action}"
-        if slow.straggler_ratio and plan.world_size > 1 else "",
+        # Everything the job runtime needs, as the one record it reads
+        "runtime_spec": runtime_spec(plan, model_path(spec)).to_json(),
+        "runtime_format": FORMAT,
     }
     return environment().get_template("job.sh.j2").render(context)
 

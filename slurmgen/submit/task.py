@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import MutableMapping, Optional
 
 from slurmgen.contract import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_DIR_ENV, STOP_FILE_ENV, STOP_WAIT_ENV
-from slurmgen.plan.launch import iface_prefixes, job_port, matching_iface
+from slurmgen.job.rendezvous import job_port, node_iface
+from slurmgen.plan.launch import iface_prefixes
 from slurmgen.plan.spec import SHIPPED_MODULES
 from slurmgen.plan.words import train_arg
 from slurmgen.submit.submitit_adapter import (EXECUTOR_ENV, FOLDER_ENV, LOCAL_ENV, LOCAL_EXECUTOR,
@@ -71,7 +72,7 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
         env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(collective_timeout))
     prefixes = iface_prefixes(env.get("NCCL_SOCKET_IFNAME", ""))
     if prefixes and "GLOO_SOCKET_IFNAME" not in env:  # gloo needs this node's exact name
-        found = matching_iface(prefixes, sorted(name for _, name in socket.if_nameindex()))
+        found = node_iface(prefixes)
         if found:
             env["GLOO_SOCKET_IFNAME"] = found
     if env.get(EXECUTOR_ENV) == LOCAL_EXECUTOR:
