@@ -12,7 +12,7 @@ MAX_LINES = 350
 MAY_IMPORT = {
     # contract: the names the ranks' side defines (train/contract.py), for everything;
     # runtime_spec: the record a rendered script hands the job runtime (plan writes it, job reads it)
-    "plan": {"plan", "site", "runtime_spec"},  # site only for the installed Slurm release, by passthrough
+    "plan": {"plan", "site", "runtime_spec", "contract"},  # site only for the installed Slurm release, by passthrough
     "script": {"plan", "script", "runtime_spec"},
     "site": {"plan", "site"},
     "job": {"job", "site", "contract", "runtime_spec"},

@@ -7,10 +7,27 @@ import pytest
 
 from slurmgen.job.record import Failure, JobFiles, JobRecord
 from slurmgen.job.runtime import PREEMPTED_WAIT, Runtime
-from slurmgen.job.states import Component, JobSpec
+from slurmgen.job.states import Job, exit_status
+from slurmgen.runtime_spec import Component, Preflight, RuntimeSpec
 from slurmgen.job.slurm import JobInfo
 
 NODES = ["node1", "node2", "node3", "node4"]
+
+
+def job_of(files, components, world=6, **settings) -> Job:
+    """The runtime's Job for a test: the script's runtime spec (RuntimeSpec's fields), the job's id 77 and
+    folder, and the test clock's poll and settle times."""
+    timing = {k: settings.pop(k) for k in ("poll", "settle") if k in settings}
+    if "spares" in settings:
+        settings["spare_nodes"] = settings.pop("spares")
+    if isinstance(settings.get("preflight"), bool):
+        settings["preflight"] = Preflight("module", "train.sft") if settings["preflight"] else None
+    return Job(RuntimeSpec(world, tuple(components), **settings), "77", files, **{"settle": 10.0, **timing})
+
+
+def status(runtime) -> int:
+    """The batch script's exit status for the runtime's result."""
+    return exit_status(runtime.main())
 
 
 class Clock:
@@ -121,9 +138,8 @@ def job(tmp_path):
     def make(component_0=running, component_1=running, slurm=None, reports=(), hang_check=None, **settings):
         components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
                       Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
-        spec = JobSpec("77", files, 6, components, **{"settle": 10.0, **settings})
         steps = Steps(clock, files, {"component_0": component_0, "component_1": component_1}, reports)
-        runtime = Runtime(spec, steps, clock=clock, sleep=clock.sleep, hang_check=hang_check,
+        runtime = Runtime(job_of(files, components, **settings), steps, clock=clock, sleep=clock.sleep, hang_check=hang_check,
                           slurm_api=slurm or Slurm(), nodes=NODES)
         return runtime, steps
     make.files, make.clock = files, clock
@@ -136,7 +152,7 @@ def record(files):
 
 def test_a_run_whose_components_all_finish_ends_the_job(job, capsys):
     runtime, steps = job(component_0=exits(0, 1005), component_1=exits(0, 1008))
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert steps.started == ["component_0", "component_1"]
     assert capsys.readouterr().out.splitlines()[-1] == "slurmgen: all components finished"
     assert record(job.files).state == "finished" and record(job.files).open_run == []
@@ -147,7 +163,7 @@ def test_a_run_whose_components_all_finish_ends_the_job(job, capsys):
 def test_a_crash_before_training_began_is_not_retried(job, capsys):
     slurm = Slurm()
     runtime, _ = job(component_1=exits(3, 1002), slurm=slurm)
-    assert runtime.main() == 3
+    assert status(runtime) == 3
     err = capsys.readouterr().err
     assert "slurmgen: component 1 (2 node(s) x 2 GPUs) failed with exit status 3" in err
     assert "no rank had begun training" in err and slurm.requeued == []
@@ -160,7 +176,7 @@ def test_a_step_slurm_refused_before_training_began_is_retried(job, capsys):
     slurm = Slurm(log="slurmgen: job 77\nsrun: error: Unable to create step for job 78: Invalid generic resource"
                       " (gres) specification\n")
     runtime, _ = job(component_1=exits(1, 1002), slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr()
     assert "no rank had begun training" not in out.err
     assert "failure 1 of at most 2 (crash): requeueing job 77" in out.out + out.err and slurm.requeued == ["77"]
@@ -173,7 +189,7 @@ def test_a_node_that_could_not_start_its_tasks_is_blamed_and_the_job_retried(job
     slurm = Slurm(log="slurmgen: job 77\nsrun: error: Task launch for StepId=78.0 failed on node node3: Slurmd could"
                       " not execve job\nsrun: error: task 2 launch failed: Slurmd could not execve job\n")
     runtime, _ = job(component_1=exits(1, 1002), slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr()
     assert "no rank had begun training" not in out.err
     assert "failure 1 of at most 2 (crash on node3): requeueing job 77" in out.out + out.err
@@ -188,13 +204,13 @@ def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
         beats(job.files, 0, 1)
         return 13 if now >= 1003 else None
     runtime, _ = job(component_1=crash_after_beats, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: failure 1 of at most 2 (crash on node3): requeueing job 77 to resume from its newest" \
            " checkpoint\n" in capsys.readouterr().out
     assert slurm.requeued == ["77"] and slurm.excluded is None
     assert record(job.files).failures == [Failure("crash", "node3")] and record(job.files).state == "requeued"
     runtime, _ = job(component_1=crash_after_beats, slurm=slurm)  # the requeued run
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "(crash on node3): requeueing job 77 to resume from its newest checkpoint; excluding node3 (2nd failure" \
            " there)" in capsys.readouterr().out
     assert slurm.excluded == ["node3"] and record(job.files).excluded == ["node3"]
@@ -203,7 +219,7 @@ def test_a_crash_is_retried_and_a_node_blamed_twice_is_left_out(job, capsys):
 
 def test_other_components_get_the_settle_time_then_are_stopped(job, capsys):
     runtime, _ = job(component_0=exits(4, 1001), component_1=running, settle=5.0)
-    assert runtime.main() == 4
+    assert status(runtime) == 4
     err = capsys.readouterr().err
     assert "slurmgen: stopping the components still running" in err
     assert "component 1" not in err.split("stopping")[0]  # stopped, not counted as a failure of its own
@@ -213,7 +229,7 @@ def test_other_components_get_the_settle_time_then_are_stopped(job, capsys):
 def test_too_many_failures_start_no_training(job, capsys):
     JobRecord(failures=[Failure("crash", "node1")] * 3).save(job.files.record)
     runtime, steps = job()
-    assert runtime.main() == 1
+    assert status(runtime) == 1
     assert steps.started == []
     assert "slurmgen: 3 failures, more than --max-failures 2: not training again" in capsys.readouterr().err
 
@@ -227,7 +243,7 @@ def test_a_hang_stops_the_job_and_retries_it_without_waiting_to_settle(job, caps
         looks.append(job.clock.now)
         return (["rank 3 on node3 is stuck"], "node3") if job.clock.now >= 1020 else None
     runtime, _ = job(slurm=slurm, hang_check=hang_check, hang_timeout=20.0)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "failure 1 of at most 2 (hang on node3): requeueing job 77" in capsys.readouterr().out
     assert looks[0] == 1005 and looks[-1] < 1025  # every min(5 s, timeout / 4)
     assert record(job.files).failures == [Failure("hang", "node3")]
@@ -249,14 +265,14 @@ def test_after_a_hang_the_ranks_left_get_10_s_from_the_term_to_the_kill(job, cap
         beats(job.files, 0)
         return (["rank 3 on node3 is stuck"], "node3") if job.clock.now >= 1020 else None
     runtime, _ = job(slurm=slurm, hang_check=hang_check, hang_timeout=20.0)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert slurm.killed - slurm.termed == pytest.approx(10, abs=0.5)
 
 
 def test_a_node_slurm_took_down_during_the_last_run_is_counted_and_left_out(job, capsys):
     JobRecord(open_run=NODES, state="training").save(job.files.record)
     runtime, _ = job(component_0=exits(0, 1001), component_1=exits(0, 1001), slurm=Slurm(bad={"node3": "DOWN*"}))
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: the last run of job 77 ended when node3 became DOWN*: failure 1 of at most 2; node3 is left" \
            " out of later runs" in capsys.readouterr().out
     assert record(job.files).excluded == ["node3"] and record(job.files).failures == [Failure("node", "node3")]
@@ -268,7 +284,7 @@ def test_a_warning_from_a_lost_node_retries_at_once(job, capsys):
     slurm = Slurm(bad={"node3": "DOWN+NOT_RESPONDING"}, nodes=["node1", "node2", "node4"])
     job.files.stop.touch()
     runtime, _ = job(slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "asking every rank to checkpoint" not in out
     assert "slurmgen: failure 1 of at most 2 (node on node3): requeueing job 77 to resume from its newest checkpoint;" \
@@ -298,7 +314,7 @@ def warned_job(job, outcome, status=0, **kwargs):
 def test_the_time_limit_warning_checkpoints_and_requeues(job, capsys):
     slurm = Slurm()
     runtime, _ = warned_job(job, "stopped 7", slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "slurmgen: time limit or preemption warning: asking every rank to checkpoint" in out
     assert "slurmgen: checkpoint saved at step 7; requeueing job 77 (restart 1 of at most 3)" in out
@@ -309,7 +325,7 @@ def test_no_restart_left_ends_the_job_as_unfinished(job, capsys):
     JobRecord(restarts=1).save(job.files.record)
     slurm = Slurm()
     runtime, _ = warned_job(job, "stopped 7", slurm=slurm, max_restarts=1)
-    assert runtime.main() == 1
+    assert status(runtime) == 1
     assert "slurmgen: training unfinished; not requeueing: 1 restart(s) used" in capsys.readouterr().err
     assert slurm.requeued == []
 
@@ -317,7 +333,7 @@ def test_no_restart_left_ends_the_job_as_unfinished(job, capsys):
 def test_preemption_waits_for_slurm_and_uses_no_restart(job, capsys):
     slurm = Slurm(preempted=True)
     runtime, _ = warned_job(job, "stopped 9", slurm=slurm, max_restarts=0)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: checkpoint saved at step 9; job 77 preempted: Slurm requeues it" in capsys.readouterr().out
     assert job.clock.slept[-1] == PREEMPTED_WAIT and slurm.requeued == [] and record(job.files).restarts == 0
     assert record(job.files).runs[-1].state == "preempted"
@@ -327,7 +343,7 @@ def test_a_crash_after_the_warning_is_not_a_checkpoint(job, capsys):
     """Before any beat: the code's own failure, not retried; the job ends with its status."""
     slurm = Slurm()
     runtime, _ = warned_job(job, "", status=5, slurm=slurm)
-    assert runtime.main() == 5
+    assert status(runtime) == 5
     err = capsys.readouterr().err
     assert "ranks failed after the warning before saying their checkpoint was whole" in err
     assert "no rank had begun training" in err and slurm.requeued == []
@@ -346,7 +362,7 @@ def test_a_crash_after_the_warning_is_a_failure_retried_from_the_newest_checkpoi
     crash.folder = job.files.folder.parent
     job.files.stop.touch()
     runtime, _ = job(component_0=trained_then_crashed, component_1=trained_then_crashed, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr()
     assert "failure 1 of at most 2 (crash): requeueing job 77 to resume from its newest checkpoint" in out.out
     assert slurm.requeued == ["77"] and record(job.files).failures == [Failure("crash", "")]
@@ -356,17 +372,17 @@ def test_a_crash_after_the_warning_is_a_failure_retried_from_the_newest_checkpoi
 def test_training_that_finished_before_the_warning_is_not_requeued(job, capsys):
     slurm = Slurm()
     runtime, _ = warned_job(job, "finished 85", slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "training finished before the warning could stop it" in capsys.readouterr().out
     assert slurm.requeued == []
     runtime, steps = job()  # Slurm requeues it once more (25.11, after a preemption): it ends at once
-    assert runtime.main() == 0 and steps.started == []
+    assert status(runtime) == 0 and steps.started == []
 
 
 def test_ranks_that_do_not_stop_are_stopped_after_the_stop_wait(job, capsys):
     job.files.stop.touch()
     runtime, _ = job(stop_wait=30.0)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "ranks did not stop within 30 s of the warning; stopping them" in capsys.readouterr().err
     assert 1030 < job.clock.now < 1035 + 30
 
@@ -374,7 +390,7 @@ def test_ranks_that_do_not_stop_are_stopped_after_the_stop_wait(job, capsys):
 def test_code_that_takes_no_stop_file_is_stopped_after_the_grace(job, capsys):
     job.files.stop.touch()
     runtime, _ = job(stop_grace=15.0)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     captured = capsys.readouterr()
     assert "your code takes no stop file" in captured.err
     assert "requeueing job 77 (restart 1 of at most 3)" in captured.out
@@ -389,7 +405,7 @@ def test_a_node_whose_software_differs_is_left_out_at_once(job, capsys):
     slurm = Slurm()
     runtime, steps = job(slurm=slurm, preflight=True,
                          reports=[[report("node1"), report("node2")], [report("node3", "0.0.1"), report("node4")]])
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "slurmgen: preflight failed; not starting training:" in out
     assert "slurmgen: failure 1 of at most 2 (preflight on node3): requeueing job 77 to resume from its newest" \
@@ -401,14 +417,14 @@ def test_differences_on_several_nodes_end_the_job(job, capsys):
     slurm = Slurm()
     runtime, steps = job(slurm=slurm, preflight=True,
                          reports=[[report("node1", "1"), report("node2")], [report("node3", "0.0.1"), report("node4")]])
-    assert runtime.main() == 1
+    assert status(runtime) == 1
     assert slurm.requeued == [] and "component_0" not in steps.started
 
 
 def test_preflight_passes_and_training_starts(job, capsys):
     runtime, steps = job(component_0=exits(0, 1001), component_1=exits(0, 1001), preflight=True,
                          reports=[[report("node1"), report("node2")], [report("node3"), report("node4")]])
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: preflight passed on 4 node(s)" in capsys.readouterr().out
     assert steps.started == ["preflight_step", "preflight_step", "component_0", "component_1"]
     assert not job.files.preflight.exists()

@@ -164,3 +164,24 @@ def test_a_script_of_the_older_format_is_refused_by_this_runtime_before_any_step
         f" slurmgen on this node, {__version__}, runs runtime format 2: re-render the script with slurmgen"
         f" {__version__}, or install slurmgen 0.1.0 here"]
     assert not (tmp_path / "calls.jsonl").exists() or calls(tmp_path, "srun") == []
+
+
+# slurmgen's own words, not the ranks': the record, a sweep's run, a part's place (--spares), the
+# image's Python, the runtime's test knobs, preflight's and the network check's line tags.
+NOT_CROSSING = {"SLURMGEN_RUNTIME_SPEC", "SLURMGEN_RUN", "SLURMGEN_FIRST_NODE", "SLURMGEN_FIRST_RANK",
+                "SLURMGEN_RANK_HOOKS_PYTHON", "SLURMGEN_SETTLE_SECONDS", "SLURMGEN_POLL_SECONDS", "SLURMGEN_PREFLIGHT",
+                "SLURMGEN_NETCHECK", "SLURMGEN_SPLIT", "SLURMGEN_SLURM", "SLURMGEN_COMPLETE"}  # the last: click's completion
+
+
+def test_every_variable_slurmgen_gives_the_ranks_is_named_in_the_contract():
+    """train/contract.py defines each SLURMGEN_* name that crosses from slurmgen to the ranks; slurmgen's
+    Python, its shell part and its templates use no other (a typo there would be a silent no-op)."""
+    import re
+
+    import train.contract
+
+    defined = {v for k, v in vars(train.contract).items() if k.endswith("_ENV")}
+    sources = [*(REPO / "slurmgen").rglob("*.py"), *(REPO / "slurmgen").rglob("*.sh"), *(REPO / "templates").glob("*.j2")]
+    used = {name for path in sources for name in re.findall(r"SLURMGEN_[A-Z_]+[A-Z]", path.read_text())}
+    assert sorted(used - defined - NOT_CROSSING) == []
+    assert "SLURMGEN_STRAGGLER_WINDOW" in defined and "SLURMGEN_STOP_FILE" in defined

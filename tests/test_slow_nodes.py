@@ -12,8 +12,9 @@ from slurmgen.job import net_check, preflight, stragglers
 from slurmgen.job.hangs import Beat, read_beats
 from slurmgen.job.record import JobFiles
 from slurmgen.job.runtime import Runtime
-from slurmgen.job.states import Component, JobSpec, State, StragglerRule
-from tests.test_job_runtime import NODES, Clock, Proc, Slurm, Steps, exits, stops_with
+from slurmgen.job.states import State
+from slurmgen.runtime_spec import Component, StragglerRule
+from tests.test_job_runtime import NODES, Clock, Proc, Slurm, Steps, exits, job_of, status, stops_with
 
 
 def ring(gbps: dict[str, float], latency: float = 0.1) -> list[dict]:
@@ -122,10 +123,10 @@ def runtime(tmp_path, components, gbps=None, straggler_check=None, slurm=None, *
     files = JobFiles.of(tmp_path, "77")
     files.folder.mkdir(parents=True, exist_ok=True)
     clock = Clock()
-    spec = JobSpec("77", files, 6, (Component("component 0", 2, 1, "component_0"),
-                                    Component("component 1", 2, 2, "component_1")), **{"settle": 10.0, **settings})
+    job = job_of(files, (Component("component 0", 2, 1, "component_0"), Component("component 1", 2, 2, "component_1")),
+                 **settings)
     steps = NetSteps(clock, files, components, gbps or {})
-    return Runtime(spec, steps, clock=clock, sleep=clock.sleep, slurm_api=slurm or Slurm(), nodes=NODES,
+    return Runtime(job, steps, clock=clock, sleep=clock.sleep, slurm_api=slurm or Slurm(), nodes=NODES,
                    straggler_check=straggler_check)
 
 
@@ -133,7 +134,7 @@ def test_a_slow_link_requeues_the_job_without_its_node(tmp_path, capsys):
     slurm = Slurm()
     rt = runtime(tmp_path, {}, {"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1}, slurm=slurm,
                  net_check=(0.5, 0.0))
-    assert rt.main() == 0 and rt.run.state == State.REQUEUED
+    assert status(rt) == 0 and rt.run.state == State.REQUEUED
     out = capsys.readouterr().out
     assert "slurmgen: slow link: node3" in out
     assert "failure 1 of at most 2 (slow on node3): requeueing job 77 to resume from its newest checkpoint;" \
@@ -145,7 +146,7 @@ def test_a_slow_link_requeues_the_job_without_its_node(tmp_path, capsys):
 def test_a_slow_link_that_cannot_be_left_out_is_trained_on(tmp_path, capsys):
     rt = runtime(tmp_path, {"component_0": exits(0, 1005), "component_1": exits(0, 1005)},
                  {"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1}, slurm=Slurm(fits=False), net_check=(0.5, 0.0))
-    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert status(rt) == 0 and rt.run.state == State.FINISHED
     assert "slurmgen: training on node3 all the same" in capsys.readouterr().out
 
 
@@ -156,7 +157,7 @@ def test_a_straggler_with_exclude_stops_the_run_at_a_checkpoint_and_requeues_wit
     rt = runtime(tmp_path, {"component_0": behaviour, "component_1": behaviour},
                  straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {"node1": 0.01, "node3": 0.031}), slurm=slurm,
                  stragglers=StragglerRule(2.0, 10, "exclude"))
-    assert rt.main() == 0 and rt.run.state == State.REQUEUED
+    assert status(rt) == 0 and rt.run.state == State.REQUEUED
     out = capsys.readouterr().out
     assert "slurmgen: straggler: rank 2 on node3: 3.1x the median compute time per step over the last 10 steps" in out
     assert "slurmgen: straggler: asking every rank to checkpoint, to go on without node3" in out
@@ -169,7 +170,7 @@ def test_a_straggler_with_warn_is_named_once_and_training_goes_on(tmp_path, caps
     rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
                  straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {}),
                  stragglers=StragglerRule(2.0, 10, "warn"))
-    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert status(rt) == 0 and rt.run.state == State.FINISHED
     assert capsys.readouterr().out.count("slurmgen: straggler: rank 2 on node3") == 1
 
 
@@ -177,7 +178,7 @@ def test_a_straggler_whose_node_cannot_be_left_out_is_only_named(tmp_path, capsy
     rt = runtime(tmp_path, {"component_0": exits(0, 1030), "component_1": exits(0, 1030)},
                  straggler_check=lambda beats: ([stragglers.Straggler(2, "node3", 3.1)], {}), slurm=Slurm(fits=False),
                  stragglers=StragglerRule(2.0, 10, "exclude"))
-    assert rt.main() == 0 and rt.run.state == State.FINISHED
+    assert status(rt) == 0 and rt.run.state == State.FINISHED
     assert "slurmgen: straggler: training on with node3" in capsys.readouterr().out
 
 

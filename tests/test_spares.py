@@ -3,14 +3,16 @@ runtime that restarts a failed run inside the allocation on a spare (slurmgen.jo
 fake clock, Slurm and steps of tests/test_job_runtime.py. tests/e2e/test_spares.py kills a node of a
 real job."""
 import json
+import os
 
 import pytest
 
 from slurmgen.job.record import JobFiles, JobRecord
-from slurmgen.job.replace import SpareRuntime
+from slurmgen.job.replace import Spares
+from slurmgen.job.runtime import Runtime
 from slurmgen.job.spares import Part, Placement
-from slurmgen.job.states import Component, JobSpec
-from tests.test_job_runtime import Clock, Proc, Slurm, beats, exits, report, running
+from slurmgen.runtime_spec import Component
+from tests.test_job_runtime import Clock, Proc, Slurm, beats, exits, job_of, report, running, status
 
 LAYOUT = [(1, 2), (2, 2)]  # 1,1,2,2
 GROUPS = [["node1", "node2"], ["node3", "node4"], ["node5"]]
@@ -71,12 +73,14 @@ def spare_job(tmp_path):
     def make(behaviours, probes=None, slurm=None, groups=GROUPS, reports=(), net=(), hang_check=None):
         components = (Component("component 0 (2 node(s) x 1 GPU)", 2, 1, "component_0"),
                       Component("component 1 (2 node(s) x 2 GPUs)", 2, 2, "component_1"))
-        spec = JobSpec("77", files, 6, components, settle=10.0, spares=1, preflight=bool(reports),
-                       net_check=(0.5, 0.0) if net else None, hang_timeout=20.0 if hang_check else 0)
+        job = job_of(files, components, spares=1, preflight=bool(reports), net_check=(0.5, 0.0) if net else None,
+                     hang_timeout=20.0 if hang_check else 0)
         steps = Steps(clock, behaviours, probes or {}, reports)
         steps.net, steps.groups = list(net), groups
-        runtime = SpareRuntime(spec, steps, Placement(LAYOUT, groups), clock=clock, sleep=clock.sleep,
-                               slurm_api=slurm or Slurm(), nodes=[n for g in groups for n in g], hang_check=hang_check)
+        spares = Spares(Placement(LAYOUT, groups), steps, clock, clock.sleep, os.environ.get("SLURMD_NODENAME", ""))
+        runtime = Runtime(job, steps, clock=clock, sleep=clock.sleep, slurm_api=slurm or Slurm(),
+                          nodes=[n for g in groups for n in g], hang_check=hang_check, spares=spares)
+        runtime.placement = spares.placement
         return runtime, steps
     make.files, make.clock = files, clock
     return make
@@ -91,7 +95,7 @@ def test_a_lost_node_is_replaced_and_training_restarts_inside_the_allocation(spa
     runtime, steps = spare_job({"component_0": [exits(1, 1006), exits(0, 1100)],
                                 "component_1": [fails_after_beats, exits(0, 1100), exits(0, 1100)]},
                                probes={"node3": None}, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "slurmgen: failure 1 of at most 2 (node on node3): restarting every component inside the allocation" \
            " from the newest checkpoint; node3 (no step started in 10 s) replaced by spare node5" in out, out
@@ -139,7 +143,7 @@ def test_a_probe_cancelled_by_the_runtimes_own_stop_is_asked_again_not_taken_for
                                 "component_1": [running, exits(0, 1100), exits(0, 1100)]},
                                probes={"node1": [cancelled_by_the_stop, lambda now: 0]}, slurm=slurm,
                                hang_check=hang_check)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "slurmgen: probing node1 again: the stop of the old steps may have cancelled the first probe" in out, out
     assert "(hang on node3): restarting every component inside the allocation from the newest checkpoint;" \
@@ -156,7 +160,7 @@ def test_a_crash_blamed_on_a_node_takes_the_spare_at_once(spare_job, capsys):
         return 13 if now >= 1003 else None
     runtime, _ = spare_job({"component_0": [running, exits(0, 1100)],
                             "component_1": [crash, exits(0, 1100), exits(0, 1100)]}, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "(crash on node4): restarting every component inside the allocation from the newest checkpoint;" \
            " node4 (crash) replaced by spare node5" in capsys.readouterr().out
 
@@ -170,7 +174,7 @@ def test_a_crash_on_the_batch_node_is_requeued_not_given_to_a_spare(spare_job, c
         beats(spare_job.files, 0)
         return 13 if now >= 1003 else None
     runtime, _ = spare_job({"component_0": [crash], "component_1": [running]}, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "failure 1 (crash on node1): node1 runs the batch script and the rendezvous, which no spare can take" \
            " over; requeueing instead" in capsys.readouterr().out
     assert slurm.requeued == ["77"] and runtime.placement.free == ["node5"]
@@ -183,7 +187,7 @@ def test_with_no_spare_left_the_job_is_requeued_without_the_node(spare_job, caps
         beats(spare_job.files, 0)
         return 1 if now >= 1003 else None
     runtime, _ = spare_job({"component_0": [running], "component_1": [fails]}, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr()
     assert "failure 1 (node on node3): no spare node left; requeueing instead" in out.out
     assert slurm.requeued == ["77"] and "node3" in slurm.excluded
@@ -193,7 +197,7 @@ def test_preflight_looks_at_the_spares_too(spare_job, capsys):
     runtime, steps = spare_job({"component_0": [exits(0, 1001)], "component_1": [exits(0, 1001)]},
                                reports=[[report("node1"), report("node2")], [report("node3"), report("node4")],
                                         [report("node5")]])
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: preflight passed on 5 node(s)" in capsys.readouterr().out
     assert [s[:2] for s in steps.started if s[0] == "preflight_step"] == [("preflight_step", str(i)) for i in range(3)]
 
@@ -229,7 +233,7 @@ def test_after_a_replacement_a_time_limit_warning_requeues_without_the_replaced_
         return None
     runtime, _ = spare_job({"component_0": [exits(1, 1006), warned], "component_1": [lost, warned, warned]},
                            probes={"node3": 1}, slurm=slurm)
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "replaced by spare node5" in out and "requeueing job 77 (restart 1 of at most 3)" in out, out
     assert slurm.requeued == ["77"] and slurm.excluded == ["node3"]
@@ -245,7 +249,7 @@ def test_a_slow_link_found_before_training_is_swapped_for_the_spare(spare_job, c
     runtime, steps = spare_job({"component_0": [exits(0, 1005)], "component_1": [exits(0, 1005), exits(0, 1005)]},
                                slurm=slurm, net=ring({"node1": 1.6, "node2": 1.5, "node3": 0.01, "node4": 1.1,
                                                       "node5": 1.4}))
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     out = capsys.readouterr().out
     assert "slurmgen: slow link: node3" in out and "slurmgen: node3 replaced by spare node5 before training" in out
     launches = [s for s in steps.started if s[0].startswith("component_")]
@@ -260,7 +264,7 @@ def test_a_slow_spare_is_left_idle_and_training_starts_on_the_job_s_own_nodes(sp
 
     runtime, steps = spare_job({"component_0": [exits(0, 1005)], "component_1": [exits(0, 1005)]},
                                net=ring({"node1": 1.6, "node2": 1.5, "node3": 1.2, "node4": 1.1, "node5": 0.01}))
-    assert runtime.main() == 0
+    assert status(runtime) == 0
     assert "slurmgen: spare node5 is slow: left idle for good" in capsys.readouterr().out
     assert [s[:2] for s in steps.started if s[0].startswith("component_")] == [("component_0", "0"), ("component_1", "1")]
     assert runtime.placement.free == []

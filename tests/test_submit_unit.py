@@ -439,7 +439,11 @@ def test_failed_job_exit_1_with_task_and_log_tail(monkeypatch, tmp_path):
     result = run_cli(monkeypatch, stub)
     assert result.exit_code == 1
     assert "slurmgen: job 77 FAILED: task 3 on node3 failed" in result.stderr
-    assert result.stderr.rstrip().endswith("error: model path not found: x")
+    # the task's own last lines, then why it is not submitted again (the rendered script's words)
+    assert result.stderr.splitlines()[-2:] == [
+        "error: model path not found: x",
+        "slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most likely"
+        " happen again"]
     assert "Traceback" not in result.output
 
 
@@ -668,6 +672,7 @@ def test_a_job_cancelled_after_a_hang_is_not_requeued(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     handed_over = []
     marker = task.cancelled_file(tmp_path, "77")
+    marker.parent.mkdir()  # the job's folder, where its ranks beat
     stop = task._StopOnSignal(tmp_path / "stop", True, 30, marker)
     stop.submitit_handler = lambda signum, frame: handed_over.append(signum)
     stop.finish({"stopped_early": True, "global_step": 9})

@@ -16,7 +16,9 @@ import collections
 import os
 import time
 
-WINDOW_ENV = "SLURMGEN_STRAGGLER_WINDOW"
+from train import contract
+
+WINDOW_ENV = contract.STRAGGLER_WINDOW_ENV
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
 
 _window: collections.deque | None = None  # seconds per optimizer step, the last WINDOW of them

@@ -18,3 +18,11 @@ DUMP_SIGNAL = "SIGUSR1"  # every rank writes its Python stacks on it (the hang w
 STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"  # seconds ranks get to stop after the warning
 COLLECTIVE_TIMEOUT_ENV = "SLURMGEN_COLLECTIVE_TIMEOUT"  # seconds a collective may hang
 PRECISION_ENV = "SLURMGEN_PRECISION"  # bf16 or fp16, what every GPU of the job computes in
+# Set for the ranks by the rendered script or the submit path, read here:
+WORLD_SIZE_ENV = "SLURMGEN_WORLD_SIZE"  # the job's world size (srun launcher: SLURM_NTASKS is a component's)
+RANK_OFFSET_ENV = "SLURMGEN_RANK_OFFSET"  # srun launcher: the component's first global rank
+STRAGGLER_WINDOW_ENV = "SLURMGEN_STRAGGLER_WINDOW"  # the straggler watch is on: steps a compute time averages
+RESUME_ENV = "SLURMGEN_RESUME"  # "auto": a user's Trainer resumes from the newest complete checkpoint
+SAVE_TIMEOUT_ENV = "SLURMGEN_SAVE_TIMEOUT"  # --save-timeout: seconds a checkpoint save may take
+PREPARED_DATA_ENV = "SLURMGEN_PREPARED_DATA"  # --prep: the tokenized data's folder (train.sft)
+PREPARE_ONLY_ENV = "SLURMGEN_PREPARE_ONLY"  # --prep's CPU job: prepare the data and stop

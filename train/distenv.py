@@ -20,6 +20,8 @@ from typing import Mapping, MutableMapping
 
 import hostlist
 
+from train import contract
+
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500
 
@@ -124,9 +126,9 @@ class DistEnv:
     @classmethod
     def _from_slurm(cls, env: Mapping[str, str], visible: int | None) -> "DistEnv":
         procid = _int(env, "SLURM_PROCID")
-        offset = _int(env, "SLURMGEN_RANK_OFFSET", 0)
+        offset = _int(env, contract.RANK_OFFSET_ENV, 0)
         step_tasks = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
-        world = _int(env, "SLURMGEN_WORLD_SIZE", step_tasks)
+        world = _int(env, contract.WORLD_SIZE_ENV, step_tasks)
         node_id = _int(env, "SLURM_NODEID", 0)
 
         per_node_raw = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")

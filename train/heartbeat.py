@@ -52,7 +52,7 @@ def rank() -> str:
     SLURM_PROCID, which restarts at 0 in each het component (as train.distenv reads it)."""
     if "RANK" in os.environ:
         return os.environ["RANK"]
-    offset = int(os.environ.get("SLURMGEN_RANK_OFFSET", "0") or 0)
+    offset = int(os.environ.get(contract.RANK_OFFSET_ENV, "0") or 0)
     return str(offset + int(os.environ.get("SLURM_PROCID", "0") or 0))
 
 

@@ -20,9 +20,9 @@ import os
 import sys
 import time
 
-from train import collectives, heartbeat
+from train import collectives, contract, heartbeat
 
-SAVE_TIMEOUT_ENV = "SLURMGEN_SAVE_TIMEOUT"
+SAVE_TIMEOUT_ENV = contract.SAVE_TIMEOUT_ENV
 from train.contract import STOP_WAIT_ENV
 SAVE_SLEEP_ENV = "SLURMGEN_TEST_SAVE_SLEEP"
 DEFAULT_ALLOWANCE = 600.0  # the default collective timeout: what a save could take before

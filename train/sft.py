@@ -21,11 +21,11 @@ import os
 import time
 from pathlib import Path
 
-from train import cli, data, devices, distenv, hub, outputs, program
+from train import cli, contract, data, devices, distenv, hub, outputs, program
 
 RENAMED = cli.RENAMED_ARGS
 CONVERSATIONAL = ("messages", "conversations", "prompt")
-PREPARED_ENV, PREPARE_ONLY_ENV = "SLURMGEN_PREPARED_DATA", "SLURMGEN_PREPARE_ONLY"
+PREPARED_ENV, PREPARE_ONLY_ENV = contract.PREPARED_DATA_ENV, contract.PREPARE_ONLY_ENV
 
 
 def check_quantization(model_args) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 import os
 
-from train import checkpoint, collectives, heartbeat, hf, outputs, script_hooks, stop
+from train import checkpoint, collectives, contract, heartbeat, hf, outputs, script_hooks, stop
 from train.distenv import DistEnv
 
-RESUME_ENV = "SLURMGEN_RESUME"  # "auto": resume from the newest complete checkpoint
+RESUME_ENV = contract.RESUME_ENV  # "auto": resume from the newest complete checkpoint
 # STOPPABLE_FILE is made when a Trainer that takes the stop file starts training: at a warning the
 # job runtime then waits for its checkpoint, and otherwise stops the ranks after a short grace.
 from train.contract import STOPPABLE_FILE

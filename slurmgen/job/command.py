@@ -1,34 +1,32 @@
 """The job runtime's command (`python -m slurmgen.job`, from runtime.sh): the batch script's runtime
-spec (slurmgen.runtime_spec) as a JobSpec, with the real Slurm, processes and hang watch wired in."""
+spec (slurmgen.runtime_spec; its format checked here too) and Slurm's job id as the Job, with the real
+Slurm, processes, hang watch and straggler watch wired in; the job's Result as the exit status."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 from functools import partial
 
 from slurmgen.job import hangs, slurm, stragglers
-from slurmgen.job.record import JobFiles
-from slurmgen.job.replace import SpareRuntime
+from slurmgen.job.record import SETTLE_SECONDS, JobFiles
+from slurmgen.job.replace import Spares
 from slurmgen.job.runtime import Runtime
 from slurmgen.job.spares import Placement
-from slurmgen.job.states import JobSpec
+from slurmgen.job.states import Job, exit_status
 from slurmgen.job.steps import Steps
 from slurmgen.runtime_spec import SPEC_ENV, FormatError, RuntimeSpec, older_script_line
 
 
-def parse(env) -> JobSpec:
-    """The job as the batch script describes it: its runtime spec (SLURMGEN_RUNTIME_SPEC, whose format
-    is checked here too) and Slurm's job id."""
-    spec = RuntimeSpec.from_json(env.get(SPEC_ENV, "")) if env.get(SPEC_ENV) else None
-    if spec is None:
+def parse(env) -> Job:
+    """The job as the batch script describes it: its runtime spec (SLURMGEN_RUNTIME_SPEC) and Slurm's job id."""
+    if not env.get(SPEC_ENV):
         raise FormatError(older_script_line())
-    job = env["SLURM_JOB_ID"]
-    return JobSpec(job, JobFiles.of(spec.logs, job), spec.world_size, spec.components, spec.max_restarts,
-                   spec.max_failures, spec.hang_timeout, spec.stop_wait, spec.stop_grace, spec.preflight,
-                   poll=float(env.get("SLURMGEN_POLL_SECONDS", "1")), settle=float(env.get("SLURMGEN_SETTLE_SECONDS", "10")),
-                   spares=spec.spare_nodes, net_check=spec.net_check, stragglers=spec.stragglers)
+    spec, job = RuntimeSpec.from_json(env[SPEC_ENV]), env["SLURM_JOB_ID"]
+    return Job(spec, job, JobFiles.of(spec.logs, job), poll=float(env.get("SLURMGEN_POLL_SECONDS", "1")),
+               settle=float(env.get("SLURMGEN_SETTLE_SECONDS", SETTLE_SECONDS)))
 
 
 def job_nodes() -> list[str]:
@@ -42,8 +40,20 @@ def group_nodes(groups: int) -> list[list[str]]:
     return [slurm.expand(os.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{i}", "")) for i in range(groups)]
 
 
-def stragglers_of(spec: JobSpec):
-    return partial(stragglers.look, spec.stragglers.ratio) if spec.stragglers else None
+def runtime(job: Job) -> Runtime:
+    spec, steps = job.spec, Steps(job.files.launch)
+    watch_stragglers = partial(stragglers.look, spec.stragglers.ratio) if spec.stragglers else None
+    if not spec.spare_nodes:
+        het = len(spec.components) > 1
+        groups = [(str(i) if het else "-", c.nodes) for i, c in enumerate(spec.components)]
+        watch = partial(hangs.check, job.files.beats, spec.hang_timeout, spec.world_size, job.files.hang_report, groups,
+                        job.id)
+        return Runtime(job, steps, hang_check=watch, nodes=job_nodes(), straggler_check=watch_stragglers)
+    placement = Placement(spec.layout, group_nodes(len(spec.components) + 1))
+    watch = lambda beats: hangs.check(job.files.beats, spec.hang_timeout, spec.world_size,  # noqa: E731
+                                      job.files.hang_report, placement.dump_groups(), job.id, beats=beats)
+    spares = Spares(placement, steps, time.monotonic, time.sleep, os.environ.get("SLURMD_NODENAME", ""))
+    return Runtime(job, steps, hang_check=watch, nodes=job_nodes(), straggler_check=watch_stragglers, spares=spares)
 
 
 def main(argv: list[str] = ()) -> int:
@@ -53,23 +63,12 @@ def main(argv: list[str] = ()) -> int:
     for signum in (signal.SIGUSR2, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
     try:
-        spec = parse(os.environ)
+        job = parse(os.environ)
     except FormatError as err:
         print(err, file=sys.stderr)
         return 1
-    spec.files.folder.mkdir(parents=True, exist_ok=True)
-    het = len(spec.components) > 1
-    groups = [(str(i) if het else "-", c.nodes) for i, c in enumerate(spec.components)]
-    report = spec.files.folder.parent / f"hang-report-{spec.job}.txt"
-    if not spec.spares:
-        watch = partial(hangs.check, spec.files.beats, spec.hang_timeout, spec.world_size, report, groups, spec.job)
-        return Runtime(spec, Steps(spec.files.launch), hang_check=watch, nodes=job_nodes(),
-                       straggler_check=stragglers_of(spec)).main()
-    placement = Placement(spec.layout, group_nodes(len(spec.components) + 1))
-    watch = lambda beats: hangs.check(spec.files.beats, spec.hang_timeout, spec.world_size, report,  # noqa: E731
-                                      placement.dump_groups(), spec.job, beats=beats)
-    return SpareRuntime(spec, Steps(spec.files.launch), placement, hang_check=watch, nodes=job_nodes(),
-                        straggler_check=stragglers_of(spec)).main()
+    job.files.folder.mkdir(parents=True, exist_ok=True)
+    return exit_status(runtime(job).main())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import shlex
 import sys
 from typing import Mapping
 
+from slurmgen import contract
 from slurmgen.job import rendezvous
 from slurmgen.job.record import JobFiles
 from slurmgen.runtime_spec import SPEC_ENV, FormatError, RuntimeSpec, older_script_line
@@ -34,16 +35,27 @@ def settings(spec: RuntimeSpec, env: Mapping[str, str]) -> str:
         f"JOB_DIR={shlex.quote(str(files.folder))} HET={int(het)}",
         # What the ranks read and write: the stop file (made at a warning), rank 0's word on how
         # training ended ("stopped|finished STEP"), and one heartbeat file per rank.
-        f"export SLURMGEN_STOP_FILE={shlex.quote(str(files.stop))} SLURMGEN_OUTCOME_FILE={shlex.quote(str(files.outcome))}"
-        f" SLURMGEN_HEARTBEAT_DIR={shlex.quote(str(files.beats))}",
+        f"export {contract.STOP_FILE_ENV}={shlex.quote(str(files.stop))} {contract.OUTCOME_FILE_ENV}="
+        f"{shlex.quote(str(files.outcome))} {contract.HEARTBEAT_DIR_ENV}={shlex.quote(str(files.beats))}",
         f"export MASTER_ADDR={shlex.quote(addr)} MASTER_PORT={port}",
         f"PREFLIGHT=({words([preflight.kind, preflight.target, preflight.model] if preflight else [])})",
         f"COMPONENT_NODES=({words(n for n, _ in spec.groups)}) COMPONENT_GPUS=({words(g for _, g in spec.groups)})",
     ]
+    if spec.stragglers:  # the ranks time their forward passes over the window (train/compute_time.py)
+        lines.append(f"export {contract.STRAGGLER_WINDOW_ENV}={spec.stragglers.window}")
     if gloo:  # each step's node takes its own interface (runtime.sh's node_iface), this one too
         pattern = "^(" + "|".join(re.escape(p) for p in spec.iface_prefixes) + ")"
         lines.append(f"export IFACE_PATTERN={shlex.quote(pattern)} GLOO_SOCKET_IFNAME={shlex.quote(gloo)}")
     return "\n".join(lines) + "\n"
+
+
+def say_format(runtime_sh) -> None:
+    """For `python -m slurmgen.job.runtime --format`: "FORMAT VERSION PATH" (bare: the path alone, which
+    is all 0.1.0's scripts ask, so that this runtime can say what they are)."""
+    from slurmgen import __version__
+    from slurmgen.runtime_spec import FORMAT
+
+    print(f"{FORMAT} {__version__} {runtime_sh}" if sys.argv[1:] == ["--format"] else runtime_sh)
 
 
 def main() -> int:

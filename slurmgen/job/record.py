@@ -15,9 +15,16 @@ SLOW = "slow"  # the network check or the straggler watch named the node
 NODE_LEVEL = (NODE, PREFLIGHT, SLOW)
 
 
+# The first failure's others get this long to end by themselves before they are stopped (the job
+# runtime's and the submit path's fail-fast window alike; SLURMGEN_SETTLE_SECONDS in tests).
+SETTLE_SECONDS = 10.0
+
+
 @dataclass(frozen=True)
 class JobFiles:
-    """The job's folder in the log directory: one per job id, kept across requeues."""
+    """The job's folder: LOG_DIR/.slurmgen-JOBID for a rendered script, SUBMITIT_FOLDER/.slurmgen-JOBID
+    for the submit path; one per job id, kept across requeues. Every file name of the protocol between
+    the job's ranks, its runtime and the submitting side is here."""
     folder: Path
 
     @classmethod
@@ -47,6 +54,23 @@ class JobFiles:
     @property
     def launch(self) -> Path:  # the script's launch functions, as the runtime runs them
         return self.folder / "launch.sh"
+
+    @property
+    def cancelled(self) -> Path:  # the submit path's hang watch cancelled the job: its tasks must not requeue it
+        return self.folder / "cancelled"
+
+    @property
+    def hang_report(self) -> Path:  # every hang's report, beside the job log
+        return self.folder.parent / f"hang-report-{self.folder.name.rsplit('-', 1)[1]}.txt"
+
+    def clear_run(self) -> None:
+        """What one run of the ranks leaves that the next must not read: its outcome, its stop file (a
+        straggler's), its beats."""
+        import shutil
+
+        self.outcome.unlink(missing_ok=True)
+        self.stop.unlink(missing_ok=True)
+        shutil.rmtree(self.beats, ignore_errors=True)
 
 
 @dataclass
@@ -89,6 +113,16 @@ class JobRecord:
         known["failures"] = [Failure(**f) for f in known.get("failures", [])]
         known["runs"] = [RunRecord(**r) for r in known.get("runs", [])]
         return cls(**known)
+
+    def begin_run(self, started: float, nodes: list[str]) -> None:
+        """A new run of the components on these nodes."""
+        self.open_run = nodes
+        self.runs.append(RunRecord(started, nodes))
+
+    def end_run(self, ended: float, state: str) -> None:
+        self.open_run = self.open_run if state == "preempted" else []
+        if self.runs:
+            self.runs[-1].ended, self.runs[-1].state = ended, state
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")

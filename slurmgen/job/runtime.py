@@ -1,15 +1,13 @@
-"""The job runtime: everything that decides inside a running job, in one loop over one set of states.
-
-The generated batch script sources runtime.sh (whose path `python -m slurmgen.job.runtime --format`
-prints, after the runtime spec format it speaks), which has the rendezvous found (prepare.py), writes
-the launch functions to the job's folder and starts `python -m slurmgen.job` (command.py). From there this module runs the job: preflight and
-its verdict, the components started and watched, fail-fast, the hang watch, the time-limit stop,
-and the end: finished, requeued (a restart, or a retry after a failure, without the nodes to
-blame), left to Slurm's preemption, or failed. What it must remember across runs is one
-JobRecord (record.py). Slurm, the processes, the clock and the hang watch come in from outside,
-so the whole state machine runs in unit tests without them. With --spares, replace.SpareRuntime
-restarts a failed run inside the allocation instead of requeueing it.
-"""
+"""The job runtime: everything that decides inside a running job, in one loop over one set of states,
+in the shape of torch's elastic agent: a run starts, each look at it says what happened, the loop
+answers, and a restart inside the allocation is another turn. runtime.sh has the rendezvous found
+(prepare.py) and starts `python -m slurmgen.job` (command.py). Before training the nodes are checked
+(checks.NodeChecks); a failed run is judged by the failure policy (policy.decide, the submit path's
+too) and retried on a spare (--spares: replace.Spares) or requeued without the nodes to blame
+(requeue.py). At a warning the ranks checkpoint, and the job is requeued, left to Slurm's
+preemption, or failed. What lasts across runs is one JobRecord; Slurm, the processes, the clock and
+the watches come in from outside, so the state machine runs in unit tests without them. main
+returns the job's Result (states.exit_status: the batch script's exit status)."""
 
 from __future__ import annotations
 
@@ -21,10 +19,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from slurmgen import contract
-from slurmgen.job import hangs, retry, slurm
-from slurmgen.job.checks import Checks, say
-from slurmgen.job.record import CRASH, HANG, NODE, NODE_LEVEL, PREFLIGHT, SLOW, Failure, JobRecord, RunRecord
-from slurmgen.job.states import JobSpec, Run, State
+from slurmgen.job import hangs, policy, requeue, slurm, steps
+from slurmgen.job.checks import NodeChecks, say
+from slurmgen.job.record import HANG, NODE, PREFLIGHT, SLOW, Failure, JobRecord
+from slurmgen.job.replace import STOP_SECONDS, Spares
+from slurmgen.job.states import Job, Result, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
 STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
@@ -34,85 +33,120 @@ HUNG_STOP_SECONDS = 10
 PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
 
 
-class Runtime(Checks):
-    def __init__(self, spec: JobSpec, steps, clock: Callable[[], float] = time.monotonic,
+class Runtime:
+    def __init__(self, job: Job, launcher, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, hang_check: Optional[Callable] = None,
-                 slurm_api=slurm, nodes: Optional[list[str]] = None, straggler_check: Optional[Callable] = None):
-        self.spec, self.steps, self.clock, self.sleep = spec, steps, clock, sleep
-        self.hang_check, self.slurm, self.nodes = hang_check, slurm_api, nodes or []
-        self.straggler_check = straggler_check  # (beats) -> ([stragglers.Straggler], {node: compute seconds})
-        self.files = spec.files
+                 slurm_api=slurm, nodes: Optional[list[str]] = None, straggler_check: Optional[Callable] = None,
+                 spares: Optional[Spares] = None):
+        self.job, self.spec, self.files = job, job.spec, job.files
+        self.steps, self.clock, self.sleep, self.slurm = launcher, clock, sleep, slurm_api
+        self.hang_check, self.nodes, self.spares = hang_check, nodes or [], spares
+        self.checks = NodeChecks(job, launcher, clock, straggler_check)
         self.record = JobRecord()
         self.run = Run()
+        self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
 
-    def main(self) -> int:
-        """The batch script's exit status."""
+    def main(self) -> Result:
         if self._outcome()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
             say("slurmgen: finished in an earlier run")
-            return 0
+            return Result(State.FINISHED)
         self.files.outcome.unlink(missing_ok=True)
-        shutil.rmtree(self.files.beats, ignore_errors=True)
+        shutil.rmtree(self.files.beats, ignore_errors=True)  # (a warning's stop file stays: it may be this run's)
         self.record = JobRecord.load(self.files.record)
-        say(f"slurmgen: job {self.spec.job} (restart {self.record.restarts} of at most {self.spec.max_restarts}) on "
+        say(f"slurmgen: job {self.job.id} (restart {self.record.restarts} of at most {self.spec.max_restarts}) on "
             f"{socket.gethostname()}: world size {self.spec.world_size}, master {os.environ.get('MASTER_ADDR', '')}:"
             f"{os.environ.get('MASTER_PORT', '')}")
-        if not self._begin():
-            return self._finish(State.FAILED, 1)
-        status = self._preflight() if self.spec.preflight else None
-        if status is None and self.spec.net_check and self._node_count() > 1:
-            status = self._net_check()
-        if status is not None:
-            return status
-        self._enter(State.TRAINING)
-        self.run.steps = self._start()
-        return self._watch()
+        result = self._begin() or self._check_nodes()
+        while result is None:  # a turn: a run of the components, watched to its end
+            self._enter(State.TRAINING)
+            self.run.steps = self._start()
+            result = self._watch()
+            if result.state == State.RESTARTED:
+                result = self._restart()  # None: another turn
+        self._finish(result)
+        if result.state == State.PREEMPTED:  # Slurm ends this process at the end of its GraceTime
+            self.sleep(PREEMPTED_WAIT)
+        return result
 
-    def _start(self) -> list:
-        """Each component's step: (its name, its nodes, the process)."""
-        count = len(self.spec.components)
-        return [(c.name, os.environ.get(_nodelist_var(i, count), ""), self.steps.start(c.launch))
-                for i, c in enumerate(self.spec.components)]
-
-    def _begin(self) -> bool:
+    def _begin(self) -> Optional[Result]:
         """A run that never reached its end (Slurm ended it: a node went down) is a failure there."""
         gone = self.slurm.bad_nodes(self.record.open_run)
         if gone:  # not counted otherwise: a run requeued by hand ends without the runtime too
             node = sorted(gone)[0]
             self.record.failures.append(Failure(NODE, node))
             self.record.excluded = sorted(set(self.record.excluded) | set(gone))
-            say(f"slurmgen: the last run of job {self.spec.job} ended when {node} became {gone[node]}: failure "
+            say(f"slurmgen: the last run of job {self.job.id} ended when {node} became {gone[node]}: failure "
                 f"{len(self.record.failures)} of at most {self.spec.max_failures}; {node} is left out of later runs")
-        self.record.open_run = self.nodes
-        self.record.runs.append(RunRecord(time.time(), self.nodes))
+        self.record.begin_run(time.time(), self.nodes)
         self._enter(State.STARTING)
         if len(self.record.failures) > self.spec.max_failures:
             say(f"slurmgen: {len(self.record.failures)} failures, more than --max-failures {self.spec.max_failures}:"
                 " not training again", err=True)
-            return False
-        return True
+            return Result(State.FAILED, 1)
+        return None
 
-    def _watch(self) -> int:
+    def _check_nodes(self) -> Optional[Result]:
+        """Preflight, then the network check: None when training may start."""
+        if self.spec.preflight:
+            self._enter(State.PREFLIGHT)
+            found = self.checks.preflight()
+            if not found.passed:
+                return self._retry(PREFLIGHT, found.culprit, spare=False) if found.culprit else Result(State.FAILED, 1)
+            if found.precision:  # one dtype for every rank: bf16 only where every GPU has it
+                os.environ[contract.PRECISION_ENV] = found.precision
+        if self.spec.net_check and self.checks.nodes > 1:
+            self._enter(State.PREFLIGHT)
+            found = self.checks.net_check()
+            if self.record.runs:
+                self.record.runs[-1].network = {f.host: [f.send_gbps, f.receive_gbps, f.latency_ms] for f in found.figures}
+            if found.slow:
+                return self._leave_out_slow(found.slow)
+        return None
+
+    def _leave_out_slow(self, slow: list[str]) -> Optional[Result]:
+        """A slow node named before training: swapped for a spare (a slow spare just dropped), else the
+        job requeued without it, else trained on."""
+        swaps = self._swap(set(slow)) if self.spares else None
+        if swaps is not None:
+            self.record.open_run = self.nodes
+            if self.record.runs:
+                self.record.runs[-1].nodes = self.nodes
+            for old, new in swaps:
+                say(f"slurmgen: {old} replaced by spare {new} before training")
+            for spare in sorted(set(slow) - {old for old, _ in swaps}):
+                say(f"slurmgen: spare {spare} is slow: left idle for good")
+            return None
+        result = self._retry(SLOW, slow[0], spare=False)
+        if result.state == State.REQUEUED:
+            return result
+        say(f"slurmgen: training on {slow[0]} all the same")
+        return None
+
+    def _start(self) -> list:
+        """Each component's steps: (its name, its nodes, the process); with spares one per part (its own
+        nodes, the spares it took)."""
+        if self.spares:
+            return [(c.name, ",".join(part.nodes), self.steps.start(c.launch, *part.args()))
+                    for i, c in enumerate(self.spec.components) for part in self.spares.parts(i)]
+        het = len(self.spec.components) > 1
+        return [(c.name, os.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{i}" if het else "SLURM_JOB_NODELIST", ""),
+                 self.steps.start(c.launch)) for i, c in enumerate(self.spec.components)]
+
+    def _watch(self) -> Result:
         """Until the run ends: the first failure ends it, a warning asks every rank to checkpoint."""
         run, spec = self.run, self.spec
         next_look = self.clock() + self._hang_poll()
         while True:
             if run.warned_at is None and self.files.stop.exists():  # before the ranks' answer to it
-                status = self._warned()
-                if status is not None:
-                    return status
+                result = self._warned()
+                if result is not None:
+                    return result
             running = self._reap()
             now = self.clock()
             if run.state == State.TRAINING and now >= next_look:
                 next_look = now + self._hang_poll()
-                hangs_on, stragglers_on = spec.hang_timeout and self.hang_check, spec.stragglers and self.straggler_check
-                beats = hangs.read_beats(self.files.beats) if hangs_on or stragglers_on else {}  # one read for both
-                found = self.hang_check(beats=beats) if hangs_on else None
-                if found is not None:  # hung ranks do not end by themselves: no settle time
-                    run.why, run.suspect, run.status, run.failed_at = HANG, found[1] or "", 1, now - spec.settle
-                    self._enter(State.FAILING)
-                elif stragglers_on:
-                    self._stragglers(beats)
-            if run.status and (not running or self.clock() >= run.failed_at + spec.settle):
+                self._look(now)
+            if run.status and (not running or self.clock() >= run.failed_at + self.job.settle):
                 if running:
                     say("slurmgen: stopping the components still running", err=True)
                     self._stop_steps(HUNG_STOP_SECONDS if run.why == HANG else STOP_TASKS_SECONDS)
@@ -131,161 +165,166 @@ class Runtime(Checks):
                     say(f"slurmgen: ranks did not stop within {spec.stop_wait:g} s of the warning; stopping them", err=True)
                     self._stop_steps()
                     return self._end(0)
-            self.sleep(spec.poll)
+            self.sleep(self.job.poll)
 
-    def _warned(self) -> Optional[int]:
-        """The batch script made the stop file (USR2 from --signal, or TERM). A node already down
-        means Slurm is ending the job for it (25.11 signals the batch script): retry now."""
-        if self.slurm.bad_nodes(self.nodes):  # requeue first: Slurm KILLs this process KillWait s on
-            requeued = self._retry(NODE, "")
+    def _look(self, now: float) -> None:
+        """The hang watch and the straggler watch, on one read of the heartbeats."""
+        hangs_on, stragglers_on = self.spec.hang_timeout and self.hang_check, self.spec.stragglers is not None
+        beats = hangs.read_beats(self.files.beats) if hangs_on or stragglers_on else {}
+        found = self.hang_check(beats=beats) if hangs_on else None
+        if found is not None:  # hung ranks do not end by themselves: no settle time
+            self.run.why, self.run.suspect, self.run.status, self.run.failed_at = HANG, found[1] or "", 1, now - self.job.settle
+            self._enter(State.FAILING)
+        elif stragglers_on:
+            self._stragglers(beats)
+
+    def _stragglers(self, beats: dict) -> None:
+        """With --straggler-action exclude, the first straggler whose node can be done without stops the run."""
+        named = self.checks.stragglers(beats, self.record.runs[-1], self.run.stragglers)
+        if named:
+            self._save()
+        for found in named:
+            if self.spec.stragglers.action != "exclude" or self.run.leave_out:
+                continue
+            if not self._can_leave_out(found.host):
+                say(f"slurmgen: straggler: training on with {found.host}: no spare left, no failure left to"
+                    " count, or the partition cannot hold the layout without it")
+                continue
+            say(f"slurmgen: straggler: asking every rank to checkpoint, to go on without {found.host}")
+            self.run.leave_out, self.run.warned_at = found.host, self.clock()
+            self.files.stop.touch()
+            self._enter(State.CHECKPOINTING)
+
+    def _warned(self) -> Optional[Result]:
+        """The stop file (USR2 from --signal, or TERM); with a node down, Slurm is ending the job: a failure."""
+        if self.slurm.bad_nodes(self.spares.nodes() if self.spares else self.nodes):
+            if self.spares:  # recovered from here: the ranks must not stop at the stop file
+                self.files.stop.unlink(missing_ok=True)
+                self.run.why, self.run.status, self.run.failed_at = NODE, 1, self.clock() - self.job.settle
+                self._enter(State.FAILING)
+                return None
+            result = self._retry(NODE, "", spare=False)  # requeue first: Slurm KILLs this process KillWait s on
             self._stop_steps()
-            return self._finish(State.REQUEUED, 0) if requeued else self._finish(State.FAILED, 1)
+            return result
         say("slurmgen: time limit or preemption warning: asking every rank to checkpoint")
         self.run.warned_at = self.clock()
         self._enter(State.CHECKPOINTING if not self.run.status else self.run.state)
         return None
 
-    def _end(self, status: int) -> int:
-        """The run is over (its steps have ended): requeue, wait for Slurm, or end the job."""
+    def _end(self, status: int) -> Result:
+        """The run is over (its steps have ended): requeue, wait for Slurm, restart, or end the job."""
         if self.run.warned_at is None:  # a failure: a retry, or the end
-            return self._failed(status) if status else self._finish(State.FINISHED, 0)
+            return self._retry(self.run.why, self.run.suspect, status) if status else Result(State.FINISHED)
         if self.run.leave_out and self._outcome()[0] != contract.FINISHED:  # stopped for a straggler
-            self.run.why, self.run.suspect = SLOW, self.run.leave_out
-            return self._failed(1)
+            return self._retry(SLOW, self.run.leave_out)
         how, step = self._outcome()
         saved = f"checkpoint saved at step {step}; " if step else ""
         if how == contract.FINISHED:
             say("slurmgen: training finished before the warning could stop it; not requeueing")
-            return self._finish(State.FINISHED, status)
-        info = self.slurm.job_info(self.spec.job)
+            return Result(State.FINISHED, status)
+        info = self.slurm.job_info(self.job.id)
         if status and how != contract.STOPPED and not info.preempted:  # a preempted job: Slurm requeues it
             say("slurmgen: ranks failed after the warning before saying their checkpoint was whole: a failure like"
                 " any other", err=True)
-            return self._failed(status)
+            return self._retry(self.run.why, self.run.suspect, status)
         if info.preempted:
-            say(f"slurmgen: {saved}job {self.spec.job} preempted: Slurm requeues it")
-            self._finish(State.PREEMPTED, 0)
-            self.sleep(PREEMPTED_WAIT)
-            return 0
+            say(f"slurmgen: {saved}job {self.job.id} preempted: Slurm requeues it")
+            return Result(State.PREEMPTED)
         if self.slurm.bad_nodes(self.nodes):  # the warning came from a lost node
-            return self._finish(State.REQUEUED, 0) if self._retry(NODE, "") else self._finish(State.FAILED, 1)
+            return self._retry(NODE, "", spare=False)
         if self.record.restarts >= self.spec.max_restarts:  # unfinished training must not look like success
             say(f"slurmgen: training unfinished; not requeueing: {self.spec.max_restarts} restart(s) used", err=True)
-            return self._finish(State.FAILED, 1)
-        say(f"slurmgen: {saved}requeueing job {self.spec.job} (restart {self.record.restarts + 1} of at most "
+            return Result(State.FAILED, 1)
+        say(f"slurmgen: {saved}requeueing job {self.job.id} (restart {self.record.restarts + 1} of at most "
             f"{self.spec.max_restarts})")
-        if not self.slurm.requeue(self.spec.job):
+        if not self.slurm.requeue(self.job.id):
             say("slurmgen: scontrol requeue failed", err=True)
-            return self._finish(State.FAILED, 1)
+            return Result(State.FAILED, 1)
         if self.record.excluded:  # nodes this job left out so far (a spare replaced them) stay out
-            self.slurm.exclude(self.spec.job, sorted(set(info.user_excluded) | set(self.record.excluded)))
+            self.slurm.exclude(self.job.id, sorted(set(info.user_excluded) | set(self.record.excluded)))
         self.record.restarts += 1
-        return self._finish(State.REQUEUED, 0)
+        return Result(State.REQUEUED)
 
-    def _failed(self, status: int) -> int:
-        """The run failed: requeued to retry it, or the job's end."""
-        return self._finish(State.REQUEUED, 0) if self._retry(self.run.why, self.run.suspect) \
-            else self._finish(State.FAILED, status)
+    def _retry(self, why: str, node: str, status: int = 1, spare: bool = True) -> Result:
+        """A failed run judged by the failure policy: a spare takes the blamed node (RESTARTED, where
+        spare), or the job is requeued without the nodes to blame (REQUEUED), or it ends (FAILED)."""
+        spare = spare and self.spares is not None
+        self.record.open_run = []  # this run ends here, by the runtime's own hand
+        seen, info = requeue.seen(self.slurm, self.job.id, self.nodes, self.files.beats, why, node,
+                                  self.spares.lost() if spare else {})
+        decision = policy.decide(self.record.failures, self.record.excluded, seen, self.spec.max_failures)
+        self.record.failures = list(decision.failures)
+        if not decision.retry:
+            say(f"slurmgen: {decision.said}", err=True)
+            return Result(State.FAILED, status)
+        if spare:
+            bad = set(decision.exclude) - set(self.record.excluded) | ({decision.node} if decision.node else set())
+            swaps = self._swap(bad)
+            if swaps is not None:
+                said = "".join(f"; {old} ({seen.gone.get(old, decision.why)}) replaced by spare {new}" for old, new in swaps)
+                say(f"slurmgen: failure {decision.count} of at most {self.spec.max_failures} ({decision.why}"
+                    f"{decision.where}): restarting every component inside the allocation from the newest checkpoint{said}")
+                return Result(State.RESTARTED)
+            say(f"slurmgen: failure {decision.count} ({decision.why}{decision.where}): {self.spares.why_not(bad)};"
+                " requeueing instead")
+        self.record.excluded = list(decision.exclude)  # saved before the requeue, whose TERM may end this process
+        ok = requeue.requeue_without(self.slurm, self.job.id, self.spec.layout, info, decision, self.spec.max_failures,
+                                     before=self._save)
+        return Result(State.REQUEUED) if ok else Result(State.FAILED, status)
 
-    def _retry(self, why: str, node: str) -> bool:
-        """A failed run: count it, leave out the nodes to blame, requeue (True) or not."""
-        judged = self._judge(why, node)
-        return judged is not None and self._requeue_without(*judged)
+    def _swap(self, bad: set) -> Optional[list]:
+        """Bad nodes swapped for spares (None: too few, or the batch node): out of the job for good."""
+        swaps = self.spares.swap(bad)
+        if swaps:
+            replaced = {old for old, _ in swaps}
+            self.record.excluded = sorted(set(self.record.excluded) | replaced)
+            self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
+        return swaps
 
-    def _judge(self, why: str, node: str, lost: Optional[dict] = None):
-        """A failed run counted: (why, node, nodes gone, JobInfo) when a retry is due, else None."""
-        spec, record = self.spec, self.record
-        record.open_run = []  # this run ends here, by the runtime's own hand
-        info = self.slurm.job_info(spec.job)
-        # 25.11 may drop a failed node from the job's NodeList; lost: nodes the caller found gone itself
-        gone = {**self.slurm.bad_nodes(sorted(set(info.nodes) | set(self.nodes))), **(lost or {})}
-        log = self.slurm.read_log(info.log) if why == CRASH else ""
-        if gone:
-            why, node = NODE, sorted(gone)[0]
-        node = self.slurm.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
-        # Before any beat, a failure is most likely the code's own, except a step Slurm refused to start
-        # and a node that preflight or the network check found wanting.
-        if not gone and why not in (PREFLIGHT, SLOW) and not hangs.read_beats(self.files.beats) and not retry.step_refused(log):
-            say("slurmgen: no rank had begun training (train.heartbeat): not retrying a failure that would most"
-                " likely happen again", err=True)
-            return None
-        record.failures.append(Failure(why, node))
-        count, where = len(record.failures), f" on {node}" if node else ""
-        if count > spec.max_failures:
-            say(f"slurmgen: failure {count} ({why}{where}): no retry left (--max-failures {spec.max_failures})", err=True)
-            return None
-        return why, node, gone, info
-
-    def _requeue_without(self, why: str, node: str, gone: dict, info) -> bool:
-        """Requeue the job, the nodes to blame left out of its next run (True), or say why not."""
-        spec, record = self.spec, self.record
-        count, where = len(record.failures), f" on {node}" if node else ""
-        excluded = sorted(set(record.excluded) | set(retry.to_exclude(record.failures, list(gone))))
-        new = [n for n in excluded if n not in record.excluded]
-        record.excluded = excluded
-        if new and not self.slurm.fits_without(spec.layout, info.partition, sorted(set(info.user_excluded) | set(excluded))):
-            say(f"slurmgen: failure {count} ({why}{where}); without {','.join(excluded)} the partition cannot hold"
-                " the layout any more: not retrying", err=True)
+    def _can_leave_out(self, node: str) -> bool:
+        """A failure left to count, and a spare for node or a partition that holds the layout without it."""
+        if len(self.record.failures) >= self.spec.max_failures:
             return False
-        reasons = [f"{n} ({gone[n]})" if n in gone else f"{n} ({why})" if n == node and why in NODE_LEVEL
-                   else f"{n} (2nd failure there)" for n in new]
-        say(f"slurmgen: failure {count} of at most {spec.max_failures} ({why}{where}): requeueing job {spec.job} to"
-            " resume from its newest checkpoint" + (f"; excluding {', '.join(reasons)}" if reasons else ""))
-        self._save()  # before the requeue, whose TERM may end this process
-        if not self.slurm.requeue(spec.job):
-            say("slurmgen: scontrol requeue failed", err=True)
-            return False
-        if excluded:
-            self.slurm.exclude(spec.job, sorted(set(info.user_excluded) | set(excluded)))
-        return True
+        return bool(self.spares and self.spares.can_replace(node)) or requeue.fits_without(
+            self.slurm, self.spec.layout, self.slurm.job_info(self.job.id), [*self.record.excluded, node])
+
+    def _restart(self) -> None:
+        """The components again, on the placement as it is now: a fresh run of the same allocation."""
+        self.record.end_run(time.time(), State.RESTARTED.value)
+        self.record.begin_run(time.time(), self.nodes)
+        self.run = Run()
+        self.files.clear_run()
+        if self.beats_name:  # the old ranks' node-local beats must not be published as the new ones'
+            os.environ[contract.NODE_BEATS_ENV] = f"{self.beats_name}-{len(self.record.failures)}"
 
     # ---- the pieces ------------------------------------------------------------------------
 
     def _reap(self) -> int:
         """Name the components that failed; the number still running."""
-        running = 0
-        for i, (name, nodes, proc) in enumerate(self.run.steps):
-            if proc is None:
-                continue
-            rc = proc.poll()
-            if rc is None:
-                running += 1
-                continue
-            self.run.steps[i] = (name, nodes, None)
-            if rc != 0:
-                rc = rc if rc > 0 else 128 - rc  # killed by a signal: as the shell says it
-                say(f"slurmgen: {name} failed with exit status {rc} (nodes {nodes})", err=True)
-                if not self.run.status:  # the first failure: the others get SETTLE s to end
-                    self.run.status, self.run.failed_at = rc, self.clock()
-                    self._enter(State.FAILING)
+        running, failed = steps.reap(self.run.steps)
+        for name, nodes, rc in failed:
+            say(f"slurmgen: {name} failed with exit status {rc} (nodes {nodes})", err=True)
+            if not self.run.status:  # the first failure: the others get SETTLE s to end
+                self.run.status, self.run.failed_at = rc, self.clock()
+                self._enter(State.FAILING)
         return running
 
     def _stop_steps(self, wait: float = STOP_TASKS_SECONDS) -> None:
-        """TERM to the steps' tasks (through Slurm, else to each srun), KILL to those left after WAIT
-        seconds (their steps through Slurm, and each srun)."""
-        procs = [p for _, _, p in self.run.steps if p is not None]
-        answered = self.slurm.signal_steps(self.spec.job)
-        if not answered:
-            for proc in procs:
-                proc.terminate()
-        deadline = self.clock() + wait
-        while any(p.poll() is None for p in procs) and self.clock() < deadline:
-            self.sleep(0.5)
-        if any(p.poll() is None for p in procs):
-            if answered:  # where no controller answers, squeue would only wait for it
-                self.slurm.kill_steps(self.spec.job)
-            for proc in procs:
-                proc.kill()
+        """TERM, then KILL WAIT s later; with spares sooner, as a spare's launch waits for the old steps."""
+        if self.spares:
+            self.spares.stopping()  # the stop's signal reaches the probes too
+            wait = min(wait, STOP_SECONDS)
+        steps.stop([p for _, _, p in self.run.steps if p is not None], self.slurm, self.job.id, wait,
+                   self.clock, self.sleep)
 
-    def _finish(self, state: State, status: int) -> int:
-        self.run.state = state
-        self.record.open_run = [] if state != State.PREEMPTED else self.record.open_run
-        if self.record.runs:
-            self.record.runs[-1].ended, self.record.runs[-1].state = time.time(), state.value
+    def _finish(self, result: Result) -> None:
+        self.run.state = result.state
+        self.record.end_run(time.time(), result.state.value)
         self._save()
-        return status
 
     def _enter(self, state: State) -> None:
+        if state == State.FAILING and self.spares:  # asked now, read when the run has ended
+            self.spares.probe()
         self.run.state = state
         self._save()
 
@@ -301,17 +340,11 @@ class Runtime(Checks):
             return "", ""
 
     def _hang_poll(self) -> float:
-        return min(hangs.POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.spec.poll
+        return min(hangs.POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.job.poll
 
-
-def _nodelist_var(i: int, components: int) -> str:
-    return f"SLURM_JOB_NODELIST_HET_GROUP_{i}" if components > 1 else "SLURM_JOB_NODELIST"
 
 
 if __name__ == "__main__":  # the batch script asks which format this runtime speaks, and where its shell part is
-    import sys
+    from slurmgen.job.prepare import say_format
 
-    from slurmgen import __version__
-    from slurmgen.runtime_spec import FORMAT
-
-    print(f"{FORMAT} {__version__} {RUNTIME}" if sys.argv[1:] == ["--format"] else RUNTIME)  # bare: 0.1.0's scripts ask so
+    say_format(RUNTIME)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from slurmgen import contract
 from slurmgen.plan.spec import SHIPPED_MODULES, JobSpec
 from slurmgen.plan.words import train_arg
 
@@ -67,9 +68,9 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.target[0] == "module" and spec.module in SHIPPED_MODULES:
         pairs.append(("PYTHONSAFEPATH", "1"))
     if spec.resume == "auto" and spec.rank_hooks_on:
-        pairs.append(("SLURMGEN_RESUME", "auto"))  # train.trainer_hooks
+        pairs.append((contract.RESUME_ENV, "auto"))  # train.trainer_hooks
     if spec.save_timeout:
-        pairs.append(("SLURMGEN_SAVE_TIMEOUT", str(spec.save_timeout)))
+        pairs.append((contract.SAVE_TIMEOUT_ENV, str(spec.save_timeout)))
     if spec.nccl_debug:
         pairs.append(("NCCL_DEBUG", spec.nccl_debug.upper()))
     if spec.nccl_socket_ifname:
@@ -82,5 +83,5 @@ def rank_exports(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.offline:
         pairs += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
     if spec.prepared_data:  # train.sft loads it and does not tokenize
-        pairs.append(("SLURMGEN_PREPARED_DATA", spec.prepared_data))
+        pairs.append((contract.PREPARED_DATA_ENV, spec.prepared_data))
     return pairs

@@ -114,29 +114,17 @@ def submit_and_say(spec, folder, local: bool):
     return sub
 
 
-def next_exclusion(history: list, exclude, gpus, partition) -> tuple[str, list[str], bool]:
-    """For the submit path's retries: the --exclude value (the user's and the nodes to avoid), the
-    nodes new in it, and whether the partition can still hold one node per GPU count in gpus."""
-    import hostlist
-    from slurmgen.job import slurm
-    from slurmgen.job.retry import to_exclude
-
-    user = hostlist.expand_hostlist(exclude) if exclude else []
-    avoid = to_exclude(history, [])
-    new = [n for n in avoid if n not in user]
-    names = sorted(set(user) | set(avoid))
-    fits = not new or slurm.fits_without([(g, 1) for g in gpus], partition or "", names)
-    return hostlist.collect_hostlist(names) if names else None, new, fits
-
-
 def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
-    """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit
-    again (up to --max-failures), as the rendered script requeues: the entry points resume from
-    the newest checkpoint in --output_dir, and a node blamed for two failures is excluded."""
-    from slurmgen.job.record import Failure
-    from slurmgen.job.slurm import node_name
+    """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit again, as
+    the rendered script requeues, by the same failure policy (slurmgen.job.policy): up to --max-failures,
+    the entry points resuming from the newest checkpoint in --output_dir, a node blamed twice excluded."""
+    import hostlist
 
-    history: list[Failure] = []
+    from slurmgen.job import policy, slurm
+    from slurmgen.job.record import CRASH, HANG
+
+    failures, excluded = [], []  # the job's, across its submissions; the nodes the retries left out
+    user = hostlist.expand_hostlist(spec.exclude) if spec.exclude else []
     while True:
         sub = submit_and_say(spec, folder, local)
         failed: list = []
@@ -145,32 +133,26 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         code = follow(sub, printer, interval, failed, watch)
         if not failed or local:
             return code
-        why = "hang" if watch is not None and watch.hung else "crash"
-        progress = sub.status().progress
-        if why == "crash" and (not progress or float(progress.get("time", 0)) < sub.submitted_at):
-            return code  # failed before a training step: a retry would fail the same way
-        if why == "hang":
-            host = watch.suspect
-        else:
-            host = sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
-        host = node_name(host or "", [])  # Slurm's name: ranks and torchrun may report another
-        history.append(Failure(why, host))
-        if len(history) > spec.max_failures:
-            click.echo(f"slurmgen: failure {len(history)} ({why}): no retry left (--max-failures {spec.max_failures})",
-                       err=True)
+        hung = watch is not None and watch.hung
+        host = watch.suspect if hung else sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
+        progress = sub.status().progress  # a rank that beat (a hang) or logged a step since this submission trained
+        trained = hung or bool(progress and float(progress.get("time", 0)) >= sub.submitted_at)
+        seen = policy.Seen(HANG if hung else CRASH, slurm.node_name(host or "", []), trained=trained)  # Slurm's name
+        decision = policy.decide(failures, excluded, seen, spec.max_failures)
+        failures = list(decision.failures)
+        if not decision.retry:
+            click.echo(f"slurmgen: {decision.said}", err=True)
             return code
-        exclude, new, fits = next_exclusion(history, spec.exclude, spec.gpus, spec.partition)
-        where = f" on {host}" if host else ""
-        if not fits:
-            click.echo(f"slurmgen: failure {len(history)} ({why}{where}); without {exclude} the partition "
-                       "cannot hold the layout any more: not retrying", err=True)
+        names = sorted(set(user) | set(decision.exclude))
+        if decision.reasons and not slurm.fits_without([(g, 1) for g in spec.gpus], spec.partition or "", names):
+            click.echo(f"slurmgen: {policy.no_room(decision)}", err=True)
             return code
-        click.echo(f"slurmgen: failure {len(history)} of at most {spec.max_failures} ({why}{where}): submitting "
-                   "again to resume from the newest checkpoint"
-                   + (f"; excluding {', '.join(new)} (2nd failure there)" if new else ""))
+        excluded = list(decision.exclude)
+        click.echo("slurmgen: " + policy.retry_line(decision, spec.max_failures,
+                                                    "submitting again to resume from the newest checkpoint"))
         # Pinned nodes (--nodelist, --gpus auto) must give way to the exclusion: Slurm places the job anew.
-        pins = () if set(spec.nodelist) & set(new) else spec.nodelist
-        spec = dataclasses.replace(spec, exclude=exclude, nodelist=pins)
+        pins = () if set(spec.nodelist) & set(decision.exclude) else spec.nodelist
+        spec = dataclasses.replace(spec, exclude=hostlist.collect_hostlist(names) if names else None, nodelist=pins)
 
 
 # With --attach, only these say where the job is; anything else would be silently ignored.

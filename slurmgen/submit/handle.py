@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
+from slurmgen.job.record import SETTLE_SECONDS
 from slurmgen.observe import watch
 from slurmgen.site import jobs
 from slurmgen.submit import submitit_adapter
@@ -16,9 +17,10 @@ from slurmgen.submit.blame import TaskFailure, pick_failed_task, srun_culprit, t
 from slurmgen.submit.hang_watch import HangWatch
 
 
-# A task that failed while others still run: cancel the rest after this many seconds, so a
-# rank stuck in a collective does not hold the job until the collective timeout.
-FAIL_FAST_S = 10.0
+# A task that failed while others still run: cancel the rest after this many seconds (the job
+# runtime's settle time), so a rank stuck in a collective does not hold the job until the
+# collective timeout.
+FAIL_FAST_S = SETTLE_SECONDS
 
 
 class SubmitError(RuntimeError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # the submission makes the watch
@@ -27,7 +26,7 @@ class HangWatch:
 
     def __call__(self, status: Status) -> None:
         from slurmgen.job import hangs
-        from slurmgen.submit.task import cancelled_file, heartbeat_dir
+        from slurmgen.job.record import JobFiles
 
         if self.hung:
             return
@@ -36,13 +35,13 @@ class HangWatch:
         if time.monotonic() < self.next_look:
             return
         self.next_look = time.monotonic() + min(hangs.POLL_SECONDS, self.timeout / 4)
-        folder = Path(heartbeat_dir(self.sub.folder, self.sub.job_id))
-        report = self.sub.folder / f"hang-report-{self.sub.job_id}.txt"
-        found = hangs.check(folder, self.timeout, self.sub.world_size, report, [("-", self.nodes)],
+        files = JobFiles.of(self.sub.folder, self.sub.job_id)
+        found = hangs.check(files.beats, self.timeout, self.sub.world_size, files.hang_report, [("-", self.nodes)],
                             self.sub.job_id, self.since, outside=True, say=self._say)
         if found is not None:
             self.hung, self.suspect = True, found[1]
-            cancelled_file(self.sub.folder, self.sub.job_id).touch()  # the tasks must not requeue
+            files.folder.mkdir(parents=True, exist_ok=True)
+            files.cancelled.touch()  # the tasks must not requeue
             self.sub.end_for_good()
 
     def _say(self, line: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import MutableMapping, Optional
 
 from slurmgen.contract import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_DIR_ENV, STOP_FILE_ENV, STOP_WAIT_ENV
+from slurmgen.job.record import JobFiles
 from slurmgen.job.rendezvous import job_port, node_iface
 from slurmgen.plan.launch import iface_prefixes
 from slurmgen.plan.spec import SHIPPED_MODULES
@@ -87,8 +88,8 @@ def prepare_environ(env: MutableMapping[str, str], pairs, master_port: Optional[
 
 
 def heartbeat_dir(folder, job_id: str) -> str:
-    """Where a submitted job's ranks beat: its submitit folder (shared, like the logs)."""
-    return os.path.join(str(folder), f".heartbeat-{job_id}")
+    """Where a submitted job's ranks beat: its folder in the submitit folder (shared, like the logs)."""
+    return str(JobFiles.of(folder, job_id).beats)
 
 
 def node_gpus_visible(env: MutableMapping[str, str]) -> None:
@@ -107,7 +108,7 @@ def cancelled_file(folder, job_id: str) -> Path:
     """Written by the submitting side's hang watch before it cancels the job: the tasks then
     stop without requeueing it (scancel's TERM would otherwise reach the SIGTERM stop path,
     which requeues), so the hang counts as a failure and is retried there."""
-    return Path(str(folder)) / f".cancelled-{job_id}"
+    return JobFiles.of(folder, job_id).cancelled
 
 
 def job_id_of(env) -> str:
@@ -288,10 +289,10 @@ class TrainTask:
     def _stop_file(self, environ) -> Path:
         if environ.get(STOP_FILE_ENV):
             return Path(environ[STOP_FILE_ENV])
-        folder = Path(environ.get(FOLDER_ENV) or ".")
-        path = folder / f"{job_id_of(environ)}_stop"
-        environ[STOP_FILE_ENV] = str(path)
-        return path
+        files = JobFiles.of(environ.get(FOLDER_ENV) or ".", job_id_of(environ))
+        files.folder.mkdir(parents=True, exist_ok=True)
+        environ[STOP_FILE_ENV] = str(files.stop)
+        return files.stop
 
     def _run(self, stop: _StopOnSignal) -> Optional[dict]:
         kind, name = self.target

@@ -213,7 +213,7 @@ def test_submit_path_names_a_hung_rank_retries_a_crash_and_excludes_the_node(spa
     try:
         deadline = time.monotonic() + 300
         while True:  # stopped after checkpoint-5, well before the crash at step 16
-            beats = sorted(folder.glob(".heartbeat-*/rank-3"))
+            beats = sorted(folder.glob(".slurmgen-*/beats/rank-3"))
             if beats:
                 step, host, pid, saving = read_beat(beats[0].parent, 3)
                 if step >= 6 and not saving:  # stopped inside a save, its allowance would outlast the timeout

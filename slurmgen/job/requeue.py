@@ -1,0 +1,44 @@
+"""The job runtime's hands on Slurm after a failed run: what Slurm and the job log say of the failure
+(for the failure policy, policy.decide), whether the partition still holds the layout without some
+nodes, and the requeue that leaves them out. The runtime (runtime.py) decides what follows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmgen.job import hangs, policy, retry
+from slurmgen.job.checks import say
+from slurmgen.job.record import CRASH
+
+
+def seen(slurm_api, job: str, nodes: list[str], beats: Path, why: str, node: str, lost: dict):
+    """What the policy is told of this failure, and the job's info from Slurm. lost: nodes the spares'
+    probes found gone."""
+    info = slurm_api.job_info(job)
+    # 25.11 may drop a failed node from the job's NodeList
+    gone = {**slurm_api.bad_nodes(sorted(set(info.nodes) | set(nodes))), **lost}
+    log = slurm_api.read_log(info.log) if why == CRASH else ""
+    node = node if gone else slurm_api.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
+    return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(beats)), refused=retry.step_refused(log)), info
+
+
+def fits_without(slurm_api, layout, info, nodes) -> bool:
+    """Whether the job's partition holds the layout without these nodes (and those the user excluded)."""
+    return slurm_api.fits_without(layout, info.partition, sorted(set(info.user_excluded) | set(nodes)))
+
+
+def requeue_without(slurm_api, job: str, layout, info, decision: policy.Decision, max_failures: int, before) -> bool:
+    """Requeue the job, the decision's nodes left out of its next run (True), or say why not. before():
+    called just before the requeue, whose TERM may end this process."""
+    if decision.reasons and not fits_without(slurm_api, layout, info, decision.exclude):
+        say(f"slurmgen: {policy.no_room(decision)}", err=True)
+        return False
+    say("slurmgen: " + policy.retry_line(decision, max_failures, f"requeueing job {job} to resume from its newest"
+                                         " checkpoint"))
+    before()
+    if not slurm_api.requeue(job):
+        say("slurmgen: scontrol requeue failed", err=True)
+        return False
+    if decision.exclude:
+        slurm_api.exclude(job, sorted(set(info.user_excluded) | set(decision.exclude)))
+    return True
