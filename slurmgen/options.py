@@ -236,6 +236,14 @@ def container_choice(container: Optional[str], image: Optional[str]) -> dict:
     return {"container_image": path, "container_runtime": runtime}
 
 
+def installed_release() -> Optional[str]:
+    """The installed sbatch's release ("22.05"), asked once here, at the edge: the plan asks nothing."""
+    from slurmgen.site import slurm_release
+
+    found = slurm_release.installed()
+    return slurm_release.name(found) if found else None
+
+
 def spec_from_options(params: dict) -> JobSpec:
     """click parameters -> validated JobSpec. Raises SpecError with one user-facing line."""
     nodelist_text, origin = params.get("nodelist"), ""
@@ -318,7 +326,7 @@ def spec_from_options(params: dict) -> JobSpec:
         launcher_args=tuple(params["launcher_arg"]),
         exec=params["exec"],
         master_addr_ip=params["master_addr_ip"],
-        slurm_version=params["slurm_version"],
+        slurm_version=params["slurm_version"] or (installed_release() if params["sbatch"] else None),
         sweep=sweep.parse(params["sweep"], params["sweep_mode"]),
         sweep_mode=params["sweep_mode"],
         max_parallel=params["max_parallel"],

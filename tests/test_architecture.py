@@ -1,5 +1,6 @@
-"""The package's shape, checked: folders by where code runs, no import circles (counting imports
-inside functions too), no module over 350 lines, and each file saying its concern in its first line."""
+"""The package's shape, checked: folders by where code runs, every arrow pointing down (the plan asks
+nothing of the site: what it needs is handed in), no import circles (counting imports inside functions
+and imports for types only), no module over 350 lines, and each file saying its concern first."""
 import ast
 from pathlib import Path
 
@@ -12,7 +13,7 @@ MAX_LINES = 350
 MAY_IMPORT = {
     # contract: the names the ranks' side defines (train/contract.py), for everything;
     # runtime_spec: the record a rendered script hands the job runtime (plan writes it, job reads it)
-    "plan": {"plan", "site", "runtime_spec", "contract"},  # site only for the installed Slurm release, by passthrough
+    "plan": {"plan", "runtime_spec", "contract"},  # pure: what it needs of the site is handed in
     "script": {"plan", "script", "runtime_spec"},
     "site": {"plan", "site"},
     "job": {"job", "site", "contract", "runtime_spec"},
@@ -26,8 +27,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every slurmgen module this file imports, at module level or inside a function."""
+def imports_of(path: Path, types_too: bool = False) -> set[str]:
+    """Every slurmgen module this file imports, at module level or inside a function (and under `if
+    TYPE_CHECKING:` with types_too)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("slurmgen"):
@@ -36,7 +38,7 @@ def imports_of(path: Path) -> set[str]:
                 found.add(child if (PACKAGE.parent / (child.replace(".", "/") + ".py")).exists() else node.module)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("slurmgen")}
-    if isinstance(node := ast.parse(path.read_text()), ast.Module):  # `if TYPE_CHECKING:` imports are types only
+    if not types_too and isinstance(node := ast.parse(path.read_text()), ast.Module):  # types only
         for stmt in node.body:
             if isinstance(stmt, ast.If) and getattr(stmt.test, "id", "") == "TYPE_CHECKING":
                 found -= {n.module for n in ast.walk(stmt) if isinstance(n, ast.ImportFrom)}
@@ -45,6 +47,8 @@ def imports_of(path: Path) -> set[str]:
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 GRAPH = {name: {m for m in imports_of(path) if m in MODULES} for name, path in MODULES.items()}
+# An import for types only is an import all the same: a circle through one is still a circle.
+WITH_TYPES = {name: {m for m in imports_of(path, types_too=True) if m in MODULES} for name, path in MODULES.items()}
 
 
 def test_no_import_circles():
@@ -58,7 +62,7 @@ def test_no_import_circles():
             return
         seen.add(name)
         stack.append(name)
-        for child in sorted(GRAPH[name] - {n for n in GRAPH if n.count(".") < name.count(".") and name.startswith(n + ".")}):
+        for child in sorted(WITH_TYPES[name] - {n for n in GRAPH if n.count(".") < name.count(".") and name.startswith(n + ".")}):
             visit(child)
         stack.pop()
 

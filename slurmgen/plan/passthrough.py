@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
 
-from slurmgen.site import slurm_release
-from slurmgen.plan.sbatch_options import ANY_RELEASE, BY_RELEASE
+from slurmgen.plan.sbatch_options import ANY_RELEASE, BY_RELEASE, parse_release, release_name
 from slurmgen.plan.words import SpecError, printable_line
-
-if TYPE_CHECKING:  # the spec calls validate() while it validates itself
-    from slurmgen.plan.spec import JobSpec
 
 _LAYOUT = "--nodes and --gpus"
 # sbatch options slurmgen writes, and what to use instead.
@@ -82,10 +77,9 @@ _SBATCH_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
 
 
 def sbatch_known(release=None) -> tuple[frozenset, str]:
-    """The sbatch option names of `release` (the installed one by default) and its name."""
-    release = release or slurm_release.installed()
+    """The sbatch option names of `release` (None: those of any release slurmgen knows) and its name."""
     if release in BY_RELEASE:
-        return BY_RELEASE[release], f"sbatch {slurm_release.name(release)}"
+        return BY_RELEASE[release], f"sbatch {release_name(release)}"
     return ANY_RELEASE, "sbatch (any release slurmgen knows)"
 
 
@@ -144,20 +138,21 @@ def check_args(option: str, args, owned: dict) -> None:
         previous = arg if arg.startswith("-") else None
 
 
-def validate(spec: JobSpec) -> None:
-    release = slurm_release.parse(spec.slurm_version) if spec.slurm_version else None
-    for item in spec.sbatch:
+def validate(sbatch, srun_args, launcher: str, launcher_args, slurm_version) -> None:
+    """The escape hatches of a job (the spec's fields of those names) checked, for the release given."""
+    release = parse_release(slurm_version) if slurm_version else None
+    for item in sbatch:
         check_sbatch(item, release)
-    check_args("--srun-arg", spec.srun_args, SRUN_OWNED)
-    if spec.launcher_args:
-        if spec.launcher == "srun":
-            raise SpecError(f"--launcher-arg {spec.launcher_args[0]!r}: --launcher srun starts no"
+    check_args("--srun-arg", srun_args, SRUN_OWNED)
+    if launcher_args:
+        if launcher == "srun":
+            raise SpecError(f"--launcher-arg {launcher_args[0]!r}: --launcher srun starts no"
                             " launcher; use --srun-arg for srun's own options")
-        owned = TORCHRUN_OWNED if spec.launcher == "torchrun" else ACCELERATE_OWNED
-        check_args("--launcher-arg", spec.launcher_args, owned)
+        owned = TORCHRUN_OWNED if launcher == "torchrun" else ACCELERATE_OWNED
+        check_args("--launcher-arg", launcher_args, owned)
 
 
-def sbatch_lines(spec: JobSpec, first: bool) -> list[tuple[str, str | None]]:
+def sbatch_lines(sbatch, first: bool) -> list[tuple[str, str | None]]:
     """(name, value or None) of --sbatch options for the first or a later component."""
-    pairs = [split_sbatch(item) for item in spec.sbatch]
+    pairs = [split_sbatch(item) for item in sbatch]
     return [(n, v) for n, v in pairs if first or n not in SBATCH_JOB_WIDE]

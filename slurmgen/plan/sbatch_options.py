@@ -6,6 +6,21 @@ more), so the installed release is matched by its version instead."""
 
 from __future__ import annotations
 
+import re
+from typing import Optional
+
+Release = tuple[int, int]
+
+
+def parse_release(text: str) -> Optional[Release]:
+    """'slurm-wlm 22.05.8', 'slurm 25.11.7' or '25.11' -> (22, 5); None if no version is in it."""
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def release_name(release: Optional[Release]) -> str:
+    return f"{release[0]}.{release[1]:02d}" if release else "any release"
+
 _RELEASE_22_05 = frozenset("""
 account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
 container contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline

@@ -244,7 +244,8 @@ class JobSpec:
         if self.slurm_version is not None and not re.match(r"\d{2}\.\d{2}\Z", self.slurm_version):
             raise SpecError(f"--slurm-version {self.slurm_version!r}: expected a release such as 22.05,"
                             " 24.11 or 25.11")
-        passthrough.validate(self)  # the escape hatches' own rules
+        passthrough.validate(self.sbatch, self.srun_args, self.launcher, self.launcher_args,
+                             self.slurm_version)  # the escape hatches' own rules
         return self
 
     def _validate_resources(self) -> None:

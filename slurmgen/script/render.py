@@ -115,7 +115,7 @@ def _component_options(spec, comp) -> list[tuple[str, object]]:
     if first:
         pairs += [("reservation", spec.reservation), ("mail-type", spec.mail_type),
                   ("mail-user", spec.mail_user), ("wait-all-nodes", 1 if spec.wait_all_nodes else None)]
-    return [(key, value) for key, value in pairs if value] + sbatch_lines(spec, first)
+    return [(key, value) for key, value in pairs if value] + sbatch_lines(spec.sbatch, first)
 
 
 def _words(args) -> str:

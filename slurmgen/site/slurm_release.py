@@ -1,19 +1,15 @@
-"""Which Slurm release the scripts are for: the installed one (`sbatch --version`), if any."""
+"""Which Slurm release the scripts are for: the installed one (`sbatch --version`), if any, asked here
+at the edge (the commands) and handed to the plan, which asks nothing itself."""
 
 from __future__ import annotations
 
 import functools
-import re
 import subprocess
 from typing import Optional
 
+from slurmgen.plan.sbatch_options import parse_release as parse, release_name as name  # noqa: F401
+
 Release = tuple[int, int]
-
-
-def parse(text: str) -> Optional[Release]:
-    """'slurm-wlm 22.05.8' or 'slurm 25.11.7' -> (22, 5); None if no version is in it."""
-    match = re.search(r"(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -24,7 +20,3 @@ def installed() -> Optional[Release]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse(done.stdout) if done.returncode == 0 else None
-
-
-def name(release: Optional[Release]) -> str:
-    return f"{release[0]}.{release[1]:02d}" if release else "any release"

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:  # the submission makes the watch
-    from slurmgen.submit.submission import Status, Submission
+from typing import Optional
 
 
 class HangWatch:
@@ -16,7 +13,8 @@ class HangWatch:
     stacks are taken through `srun --overlap --jobid`, the report goes to
     FOLDER/hang-report-JOBID.txt, and the job is cancelled, to be retried as a failure."""
 
-    def __init__(self, sub: "Submission", timeout: float, nodes: int, printer=None):
+    def __init__(self, sub, timeout: float, nodes: int, printer=None):
+        """sub: the submission.Submission that makes the watch; it calls it with each of its Status."""
         self.sub, self.timeout, self.nodes, self.printer = sub, timeout, nodes, printer
         self.hung = False
         self.suspect: Optional[str] = None
@@ -24,7 +22,7 @@ class HangWatch:
         self.restarts = None
         self.next_look = 0.0
 
-    def __call__(self, status: Status) -> None:
+    def __call__(self, status) -> None:
         from slurmgen.job import hangs
         from slurmgen.job.record import JobFiles
 
