@@ -88,7 +88,7 @@ class Slurm:
     def job_info(self, job):
         return JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted)
 
-    def bad_nodes(self, names):
+    def lost_nodes(self, names):
         return {n: s for n, s in self.bad.items() if n in names}
 
     def node_name(self, host, nodes):

@@ -58,3 +58,15 @@ def test_a_failed_runs_log_is_read_from_its_end(tmp_path):
     assert len(text) == 4096 and text.endswith("exitcode: -9\n") and "slurmgen: job 7" not in text
     assert slurm.read_log(str(log)) == log.read_text()
     assert slurm.read_log(str(tmp_path / "missing.out")) == ""
+
+
+def test_a_node_is_lost_when_down_or_not_answering_never_for_a_drain():
+    """A drain for a reboot or a health check lets the job on the node run to its end: not lost (a run
+    then must not be retried or requeued for it)."""
+    from slurmgen.job.slurm import is_lost
+
+    for state in ("DOWN", "DOWN*", "DOWN+NOT_RESPONDING", "IDLE+NOT_RESPONDING", "MIXED*", "DOWN+DRAIN"):
+        assert is_lost(state), state
+    for state in ("MIXED+DRAIN+REBOOT_REQUESTED", "ALLOCATED+DRAIN", "IDLE+DRAIN", "MIXED", "ALLOCATED+COMPLETING",
+                  "MIXED+REBOOT_REQUESTED", "ALLOCATED+PLANNED"):
+        assert not is_lost(state), state

@@ -16,7 +16,7 @@ def seen(slurm_api, job: str, nodes: list[str], beats: Path, why: str, node: str
     probes found gone."""
     info = slurm_api.job_info(job)
     # 25.11 may drop a failed node from the job's NodeList
-    gone = {**slurm_api.bad_nodes(sorted(set(info.nodes) | set(nodes))), **lost}
+    gone = {**slurm_api.lost_nodes(sorted(set(info.nodes) | set(nodes))), **lost}
     log = slurm_api.read_log(info.log) if why == CRASH else ""
     node = node if gone else slurm_api.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
     return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(beats)), refused=retry.step_refused(log)), info

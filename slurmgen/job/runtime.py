@@ -70,7 +70,7 @@ class Runtime:
 
     def _begin(self) -> Optional[Result]:
         """A run that never reached its end (Slurm ended it: a node went down) is a failure there."""
-        gone = self.slurm.bad_nodes(self.record.open_run)
+        gone = self.slurm.lost_nodes(self.record.open_run)
         if gone:  # not counted otherwise: a run requeued by hand ends without the runtime too
             node = sorted(gone)[0]
             self.record.failures.append(Failure(NODE, node))
@@ -197,7 +197,7 @@ class Runtime:
 
     def _warned(self) -> Optional[Result]:
         """The stop file (USR2 from --signal, or TERM); with a node down, Slurm is ending the job: a failure."""
-        if self.slurm.bad_nodes(self.spares.nodes() if self.spares else self.nodes):
+        if self.slurm.lost_nodes(self.spares.nodes() if self.spares else self.nodes):
             if self.spares:  # recovered from here: the ranks must not stop at the stop file
                 self.files.stop.unlink(missing_ok=True)
                 self.run.why, self.run.status, self.run.failed_at = NODE, 1, self.clock() - self.job.settle
@@ -230,7 +230,7 @@ class Runtime:
         if info.preempted:
             say(f"slurmgen: {saved}job {self.job.id} preempted: Slurm requeues it")
             return Result(State.PREEMPTED)
-        if self.slurm.bad_nodes(self.nodes):  # the warning came from a lost node
+        if self.slurm.lost_nodes(self.nodes):  # the warning came from a lost node
             return self._retry(NODE, "", spare=False)
         if self.record.restarts >= self.spec.max_restarts:  # unfinished training must not look like success
             say(f"slurmgen: training unfinished; not requeueing: {self.spec.max_restarts} restart(s) used", err=True)

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from slurmgen.site import cluster
 
-# Where Slurm puts a node that it will not give a job (scontrol's State= words).
-_BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL")
+# A node is lost to a running job when Slurm says it is down or has stopped answering (scontrol's
+# State= words). A drain (a reboot asked for, a health check) is not: Slurm lets the jobs on a
+# draining node run to their end, and only a later job is kept off it.
+_LOST_STATES = ("DOWN", "NOT_RESPONDING")
 
 
 def _scontrol(*args: str) -> subprocess.CompletedProcess:
@@ -51,17 +53,23 @@ def job_info(job: str) -> JobInfo:
     return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted)
 
 
-def bad_nodes(names: list[str]) -> dict[str, str]:
-    """Of these nodes, those Slurm will not use now: name -> state (one scontrol call)."""
+def lost_nodes(names: list[str]) -> dict[str, str]:
+    """Of these nodes, those lost to the job: name -> state (one scontrol call)."""
     wanted, out = set(names), {}
     if not wanted:
         return out
     for line in _scontrol("show", "node", "-o").stdout.splitlines():
         fields = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
         name, state = fields.get("NodeName", ""), fields.get("State", "")
-        if name in wanted and any(word in state for word in _BAD_STATES):
+        if name in wanted and is_lost(state):
             out[name] = state
     return out
+
+
+def is_lost(state: str) -> bool:
+    """Whether a node of this State= is lost: DOWN or NOT_RESPONDING in it (a * after a word: not responding)."""
+    words = state.split("+")
+    return any(w.rstrip("*") in _LOST_STATES or w.endswith("*") for w in words)
 
 
 def node_name(host: str, nodes: list[str]) -> str:
