@@ -80,13 +80,15 @@ class Steps:
 
 
 class Slurm:
-    def __init__(self, bad=None, preempted=False, log="", fits=True, requeue_ok=True, nodes=NODES):
+    def __init__(self, bad=None, preempted=False, log="", fits=True, requeue_ok=True, nodes=NODES, cancelled=False):
         self.bad, self.preempted, self.log, self.fits, self.requeue_ok = bad or {}, preempted, log, fits, requeue_ok
+        self.cancelled = cancelled  # JobState=CANCELLED: the user's scancel
         self.nodes = nodes  # the job's NodeList as scontrol shows it
         self.requeued, self.excluded = [], None
 
     def job_info(self, job):
-        return JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted)
+        return JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted,
+                       cancelled=self.cancelled)
 
     def lost_nodes(self, names):
         return {n: s for n, s in self.bad.items() if n in names}
@@ -428,3 +430,30 @@ def test_preflight_passes_and_training_starts(job, capsys):
     assert "slurmgen: preflight passed on 4 node(s)" in capsys.readouterr().out
     assert steps.started == ["preflight_step", "preflight_step", "component_0", "component_1"]
     assert not job.files.preflight.exists()
+
+
+# ---- the user's decision: scancel is final ---------------------------------------------------------
+
+def test_scancels_term_is_no_warning_the_job_ends_cancelled_and_is_never_requeued(job, capsys):
+    """scancel: Slurm says CANCELLED, then TERMs the batch shell (its trap makes the stop file) and every
+    rank. The ranks of a Trainer would stop cleanly at the stop file and say "stopped": no requeue."""
+    slurm = Slurm(cancelled=True)
+    runtime, _ = warned_job(job, "stopped 12", slurm=slurm)
+    assert status(runtime) == 0 and runtime.run.state.value == "cancelled"
+    out = capsys.readouterr().out
+    assert "slurmgen: job 77 was cancelled (scancel): ending it, not requeueing it" in out
+    assert "asking every rank to checkpoint" not in out and slurm.requeued == [] and record(job.files).restarts == 0
+
+
+def test_a_plain_script_killed_by_scancel_is_no_failure_to_retry(job, capsys):
+    """Its ranks die of scancel's TERM before the runtime reads the stop file: a crash, had the user not
+    cancelled the job; nothing is counted, nothing requeued."""
+    slurm = Slurm(cancelled=True)
+
+    def killed(now):
+        beats(job.files, 0, 1)
+        return 143 if now >= 1003 else None
+    runtime, _ = job(component_0=killed, component_1=killed, slurm=slurm)
+    assert status(runtime) == 0
+    assert "was cancelled (scancel)" in capsys.readouterr().out
+    assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "cancelled"

@@ -24,7 +24,7 @@ def test_a_requeue_ignores_its_own_term_and_so_do_the_scontrols_after_it(scontro
     before = signal.getsignal(signal.SIGTERM)
     try:
         assert slurm.requeue("77")
-        assert scontrol == [["requeue", "77"]]
+        assert scontrol == [["requeue", "Incomplete", "77"]]  # a job cancelled meanwhile stays cancelled
         # ignored, not handled: the scontrol processes that update the exclusion inherit it
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
         out = subprocess.run(["bash", "-c", "kill -TERM $$; echo survived"], capture_output=True, text=True)

@@ -176,7 +176,7 @@ def test_a_failure_after_training_started_is_retried(render_args, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "slurmgen: failure 1 of at most 2 (crash): requeueing job 1234 to resume from its newest checkpoint\n" \
         in proc.stdout, proc.stdout + proc.stderr
-    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    assert ["requeue", "Incomplete", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
     failures = json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["failures"]
     assert failures == [{"why": "crash", "node": ""}]
     # Two more: the third is one too many.
@@ -228,7 +228,7 @@ def warn_and_wait(script, env, tmp_path, sig=signal.SIGUSR2, state="training"):
 
 
 def requeued(tmp_path):
-    return ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    return ["requeue", "Incomplete", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
 
 
 def test_warning_signal_checkpoints_then_requeues(render_args, tmp_path):
@@ -352,7 +352,7 @@ def test_warning_during_setup_is_not_lost(render_args, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "asking every rank to checkpoint" in proc.stdout
-    assert ["requeue", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
+    assert ["requeue", "Incomplete", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
 
 
 def test_preflight_lets_components_share_a_node(render_args, tmp_path):

@@ -71,6 +71,13 @@ def no_room(decision: Decision) -> str:
             " partition cannot hold the layout any more: not retrying")
 
 
+def spare_line(decision: Decision, max_failures: int, swaps: list, gone: dict) -> str:
+    """The log's line for a restart inside the allocation, each blamed node swapped for a spare."""
+    said = "".join(f"; {old} ({gone.get(old, decision.why)}) replaced by spare {new}" for old, new in swaps)
+    return (f"failure {decision.count} of at most {max_failures} ({decision.why}{decision.where}): restarting every"
+            f" component inside the allocation from the newest checkpoint{said}")
+
+
 def retry_line(decision: Decision, max_failures: int, action: str) -> str:
     """The log's line for a retry: "failure 2 of at most 2 (crash on node3): ACTION; excluding node3 (...)"."""
     left_out = f"; excluding {', '.join(decision.reasons)}" if decision.reasons else ""

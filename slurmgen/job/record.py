@@ -63,6 +63,14 @@ class JobFiles:
     def hang_report(self) -> Path:  # every hang's report, beside the job log
         return self.folder.parent / f"hang-report-{self.folder.name.rsplit('-', 1)[1]}.txt"
 
+    def outcome_says(self) -> tuple[str, str]:
+        """Rank 0's word on how training ended, and the step: ("stopped", "40"), or ("", "") without one."""
+        try:
+            how, _, step = self.outcome.read_text().strip().partition(" ")
+            return how, step
+        except OSError:
+            return "", ""
+
     def clear_run(self) -> None:
         """What one run of the ranks leaves that the next must not read: its outcome, its stop file (a
         straggler's), its beats."""

@@ -47,7 +47,7 @@ class Runtime:
         self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
 
     def main(self) -> Result:
-        if self._outcome()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
+        if self.files.outcome_says()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
             say("slurmgen: finished in an earlier run")
             return Result(State.FINISHED)
         self.files.outcome.unlink(missing_ok=True)
@@ -79,11 +79,11 @@ class Runtime:
                 f"{len(self.record.failures)} of at most {self.spec.max_failures}; {node} is left out of later runs")
         self.record.begin_run(time.time(), self.nodes)
         self._enter(State.STARTING)
-        if len(self.record.failures) > self.spec.max_failures:
-            say(f"slurmgen: {len(self.record.failures)} failures, more than --max-failures {self.spec.max_failures}:"
-                " not training again", err=True)
-            return Result(State.FAILED, 1)
-        return None
+        if len(self.record.failures) <= self.spec.max_failures:
+            return None
+        say(f"slurmgen: {len(self.record.failures)} failures, more than --max-failures {self.spec.max_failures}: not"
+            " training again", err=True)
+        return Result(State.FAILED, 1)
 
     def _check_nodes(self) -> Optional[Result]:
         """Preflight, then the network check: None when training may start."""
@@ -135,7 +135,8 @@ class Runtime:
     def _watch(self) -> Result:
         """Until the run ends: the first failure ends it, a warning asks every rank to checkpoint."""
         run, spec = self.run, self.spec
-        next_look = self.clock() + self._hang_poll()
+        every = min(hangs.POLL_SECONDS, spec.hang_timeout / 4) if spec.hang_timeout else self.job.poll
+        next_look = self.clock() + every
         while True:
             if run.warned_at is None and self.files.stop.exists():  # before the ranks' answer to it
                 result = self._warned()
@@ -144,7 +145,7 @@ class Runtime:
             running = self._reap()
             now = self.clock()
             if run.state == State.TRAINING and now >= next_look:
-                next_look = now + self._hang_poll()
+                next_look = now + every
                 self._look(now)
             if run.status and (not running or self.clock() >= run.failed_at + self.job.settle):
                 if running:
@@ -197,6 +198,8 @@ class Runtime:
 
     def _warned(self) -> Optional[Result]:
         """The stop file (USR2 from --signal, or TERM); with a node down, Slurm is ending the job: a failure."""
+        if self.slurm.job_info(self.job.id).cancelled:  # scancel's TERM, not a warning: nothing to save for
+            return self._cancelled(stop=True)
         if self.slurm.lost_nodes(self.spares.nodes() if self.spares else self.nodes):
             if self.spares:  # recovered from here: the ranks must not stop at the stop file
                 self.files.stop.unlink(missing_ok=True)
@@ -215,14 +218,16 @@ class Runtime:
         """The run is over (its steps have ended): requeue, wait for Slurm, restart, or end the job."""
         if self.run.warned_at is None:  # a failure: a retry, or the end
             return self._retry(self.run.why, self.run.suspect, status) if status else Result(State.FINISHED)
-        if self.run.leave_out and self._outcome()[0] != contract.FINISHED:  # stopped for a straggler
+        if self.run.leave_out and self.files.outcome_says()[0] != contract.FINISHED:  # stopped for a straggler
             return self._retry(SLOW, self.run.leave_out)
-        how, step = self._outcome()
+        how, step = self.files.outcome_says()
         saved = f"checkpoint saved at step {step}; " if step else ""
         if how == contract.FINISHED:
             say("slurmgen: training finished before the warning could stop it; not requeueing")
             return Result(State.FINISHED, status)
         info = self.slurm.job_info(self.job.id)
+        if info.cancelled:
+            return self._cancelled()
         if status and how != contract.STOPPED and not info.preempted:  # a preempted job: Slurm requeues it
             say("slurmgen: ranks failed after the warning before saying their checkpoint was whole: a failure like"
                 " any other", err=True)
@@ -252,6 +257,8 @@ class Runtime:
         self.record.open_run = []  # this run ends here, by the runtime's own hand
         seen, info = requeue.seen(self.slurm, self.job.id, self.nodes, self.files.beats, why, node,
                                   self.spares.lost() if spare else {})
+        if info.cancelled:  # the user ended it (and its ranks with it): no failure to count, nothing to retry
+            return self._cancelled()
         decision = policy.decide(self.record.failures, self.record.excluded, seen, self.spec.max_failures)
         self.record.failures = list(decision.failures)
         if not decision.retry:
@@ -261,9 +268,7 @@ class Runtime:
             bad = set(decision.exclude) - set(self.record.excluded) | ({decision.node} if decision.node else set())
             swaps = self._swap(bad)
             if swaps is not None:
-                said = "".join(f"; {old} ({seen.gone.get(old, decision.why)}) replaced by spare {new}" for old, new in swaps)
-                say(f"slurmgen: failure {decision.count} of at most {self.spec.max_failures} ({decision.why}"
-                    f"{decision.where}): restarting every component inside the allocation from the newest checkpoint{said}")
+                say("slurmgen: " + policy.spare_line(decision, self.spec.max_failures, swaps, seen.gone))
                 return Result(State.RESTARTED)
             say(f"slurmgen: failure {decision.count} ({decision.why}{decision.where}): {self.spares.why_not(bad)};"
                 " requeueing instead")
@@ -272,13 +277,19 @@ class Runtime:
                                      before=self._save)
         return Result(State.REQUEUED) if ok else Result(State.FAILED, status)
 
+    def _cancelled(self, stop: bool = False) -> Result:
+        """The user cancelled the job (scancel): final, whatever the ranks do (Slurm KILLs them KillWait s on)."""
+        say(f"slurmgen: job {self.job.id} was cancelled (scancel): ending it, not requeueing it")
+        if stop:
+            self._stop_steps(HUNG_STOP_SECONDS)
+        return Result(State.CANCELLED)
+
     def _swap(self, bad: set) -> Optional[list]:
         """Bad nodes swapped for spares (None: too few, or the batch node): out of the job for good."""
         swaps = self.spares.swap(bad)
-        if swaps:
-            replaced = {old for old, _ in swaps}
-            self.record.excluded = sorted(set(self.record.excluded) | replaced)
-            self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
+        replaced = {old for old, _ in swaps or ()}
+        self.record.excluded = sorted(set(self.record.excluded) | replaced)
+        self.nodes = [n for n in self.nodes if n not in replaced]  # not the job's any more: a later warning is no loss
         return swaps
 
     def _can_leave_out(self, node: str) -> bool:
@@ -331,17 +342,6 @@ class Runtime:
     def _save(self) -> None:
         self.record.state = self.run.state.value
         self.record.save(self.files.record)
-
-    def _outcome(self) -> tuple[str, str]:
-        try:
-            how, _, step = self.files.outcome.read_text().strip().partition(" ")
-            return how, step
-        except OSError:
-            return "", ""
-
-    def _hang_poll(self) -> float:
-        return min(hangs.POLL_SECONDS, self.spec.hang_timeout / 4) if self.spec.hang_timeout else self.job.poll
-
 
 
 if __name__ == "__main__":  # the batch script asks which format this runtime speaks, and where its shell part is

@@ -35,6 +35,7 @@ class JobInfo:
     partition: str = ""
     log: str = ""  # the job log's path
     preempted: bool = False
+    cancelled: bool = False  # scancel: the user's decision, final (Slurm says CANCELLED at once, then TERMs all)
 
 
 def job_info(job: str) -> JobInfo:
@@ -50,7 +51,8 @@ def job_info(job: str) -> JobInfo:
     # 25.11 leaves StdErr empty when it is the same file as StdOut (22.05 repeats it)
     log = records[0].get("StdErr") or records[0].get("StdOut", "")
     preempted = records[0].get("PreemptTime", "")[:1].isdigit()  # a date once Slurm preempts it
-    return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted)
+    cancelled = records[0].get("JobState", "").startswith("CANCELLED")
+    return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted, cancelled)
 
 
 def lost_nodes(names: list[str]) -> dict[str, str]:
@@ -102,11 +104,12 @@ def fits_without(layout, partition: str, excluded: list[str]) -> bool:
 
 
 def requeue(job: str) -> bool:
-    """Requeue the job. Its TERM reaches this process and every scontrol it starts (the batch step's
-    processes): from here on TERM is ignored, which they inherit, so the exclusion that follows is
-    made (the job ends anyway; Slurm KILLs what is left KillWait s later)."""
+    """Requeue the job, if it still runs (Incomplete: a job the user cancelled meanwhile stays cancelled).
+    Its TERM reaches this process and every scontrol it starts (the batch step's processes): from here
+    on TERM is ignored, which they inherit, so the exclusion that follows is made (the job ends anyway;
+    Slurm KILLs what is left KillWait s later)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return _scontrol("requeue", job).returncode == 0
+    return _scontrol("requeue", "Incomplete", job).returncode == 0
 
 
 def exclude(job: str, names: list[str], settle: float = 3.0) -> None:

@@ -23,6 +23,7 @@ class State(str, Enum):
     REQUEUED = "requeued"  # by the runtime, to resume from the newest checkpoint
     PREEMPTED = "preempted"  # Slurm requeues it at the end of its GraceTime
     FAILED = "failed"
+    CANCELLED = "cancelled"  # by the user (scancel): final, never requeued
 
 
 @dataclass(frozen=True)
