@@ -179,9 +179,11 @@ def test_a_failure_after_training_started_is_retried(render_args, tmp_path):
     assert ["requeue", "Incomplete", "1234"] in [c["argv"] for c in calls(tmp_path, "scontrol")]
     failures = json.loads((tmp_path / "logs" / ".slurmgen-1234" / "state.json").read_text())["failures"]
     assert failures == [{"why": "crash", "node": ""}]
-    # Two more: the third is one too many.
-    subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    # Two more runs of the requeued job (Slurm counts them): the third failure is one too many.
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_RESTART_COUNT": "1"}, capture_output=True, text=True,
+                   timeout=90)
+    proc = subprocess.run(["bash", str(script)], env={**env, "SLURM_RESTART_COUNT": "2"}, capture_output=True,
+                          text=True, timeout=90)
     assert proc.returncode == 3
     assert "slurmgen: failure 3 (crash): no retry left (--max-failures 2)" in proc.stderr
 
@@ -391,21 +393,52 @@ def test_a_warning_during_preflight_waits_for_every_preflight_step(render_args, 
 
 def test_a_run_that_finished_is_not_repeated_when_slurm_requeues_it_again(render_args, tmp_path):
     # Slurm 25.11 requeues a preempted het job once more after its resumed run finished; that
-    # run's outcome says so, and the next run ends at once instead of training again.
+    # run's outcome and record say so, and the next run ends at once instead of training again.
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
-    (tmp_path / "logs" / ".slurmgen-1234").mkdir(parents=True)
-    (tmp_path / "logs" / ".slurmgen-1234" / "outcome").write_text("finished 30\n")
-    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
-                          text=True, timeout=60)
+    folder = tmp_path / "logs" / ".slurmgen-1234"
+    folder.mkdir(parents=True)
+    (folder / "outcome").write_text("finished 30\n")
+    (folder / "state.json").write_text('{"runs": [{"started": 1.0, "ended": 2.0, "state": "finished"}]}')
+    env = shim_env(tmp_path, SLURM_RESTART_COUNT="2")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "slurmgen: finished in an earlier run"
     assert not (tmp_path / "calls.jsonl").exists() or calls(tmp_path, "srun") == []
     # a run that was stopped is resumed as before
-    (tmp_path / "logs" / ".slurmgen-1234" / "outcome").write_text("stopped 12\n")
-    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True,
+    (folder / "outcome").write_text("stopped 12\n")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "earlier run" not in proc.stdout and len(calls(tmp_path, "srun")) == 2
+
+
+def test_a_finished_word_a_failed_run_left_is_no_finish(render_args, tmp_path):
+    """A user's Trainer says "finished" after each train(); a script that trains in stages, or fails after
+    train() (saving, evaluating, pushing), fails its run: the retry trains, it does not end as done."""
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    folder = tmp_path / "logs" / ".slurmgen-1234"
+    folder.mkdir(parents=True)
+    (folder / "outcome").write_text("finished 30\n")
+    (folder / "state.json").write_text('{"failures": [{"why": "crash", "node": ""}], "runs": [{"started": 1.0,'
+                                       ' "ended": 2.0, "state": "requeued"}]}')
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SLURM_RESTART_COUNT="1"), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "earlier run" not in proc.stdout and len(calls(tmp_path, "srun")) == 2
+
+
+def test_a_job_id_that_comes_back_starts_afresh(render_args, tmp_path):
+    """Another job of the same id (two clusters sharing a log folder, a reset counter) left its folder, a
+    "finished" word in it: this job's first run sets it aside and trains."""
+    script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
+    folder = tmp_path / "logs" / ".slurmgen-1234"
+    folder.mkdir(parents=True)
+    (folder / "outcome").write_text("finished 30\n")
+    (folder / "state.json").write_text('{"runs": [{"started": 1.0, "ended": 2.0, "state": "finished"}]}')
+    proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "earlier run" not in proc.stdout and len(calls(tmp_path, "srun")) == 2
+    [aside] = (tmp_path / "logs").glob(".slurmgen-1234.before-*")  # the other job's, kept for a person to read
+    assert (aside / "outcome").read_text() == "finished 30\n"
 
 
 def test_apptainer_wraps_every_step_and_the_host_needs_slurmgen(render_args, tmp_path):

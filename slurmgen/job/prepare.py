@@ -28,6 +28,8 @@ def settings(spec: RuntimeSpec, env: Mapping[str, str]) -> str:
     node = rendezvous.first_node(env, het)
     addr = rendezvous.master_addr(node, spec.master_addr_ip, spec.master_iface or gloo, env)
     port = rendezvous.master_port(spec.master_port, spec.port_range, spec.port_per_run, env)
+    if env.get("SLURM_RESTART_COUNT", "0") in ("", "0"):  # the job's first run: what is there is another job's
+        files.clear_job()  # (a job id that came back: another cluster, a reset counter)
     files.folder.mkdir(parents=True, exist_ok=True)
     files.stop.unlink(missing_ok=True)  # an earlier run's
     preflight = spec.preflight

@@ -71,6 +71,12 @@ class JobFiles:
         except OSError:
             return "", ""
 
+    def clear_job(self) -> None:
+        """The folder as a new job finds it, whatever an earlier job of the same id left (set aside whole:
+        a person may want to read it)."""
+        if self.folder.exists():
+            self.folder.rename(self.folder.with_name(f"{self.folder.name}.before-{int(self.folder.stat().st_mtime)}"))
+
     def clear_run(self) -> None:
         """What one run of the ranks leaves that the next must not read: its outcome, its stop file (a
         straggler's), its beats."""
@@ -126,6 +132,10 @@ class JobRecord:
         """A new run of the components on these nodes."""
         self.open_run = nodes
         self.runs.append(RunRecord(started, nodes))
+
+    def last_state(self) -> str:
+        """How the last run ended ("" when none did, or Slurm ended it)."""
+        return self.runs[-1].state if self.runs else ""
 
     def end_run(self, ended: float, state: str) -> None:
         self.open_run = self.open_run if state == "preempted" else []

@@ -47,12 +47,12 @@ class Runtime:
         self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
 
     def main(self) -> Result:
-        if self.files.outcome_says()[0] == contract.FINISHED:  # Slurm 25.11 may requeue a preempted job twice
-            say("slurmgen: finished in an earlier run")
-            return Result(State.FINISHED)
+        self.record = JobRecord.load(self.files.record)
+        if self.files.outcome_says()[0] == contract.FINISHED and self.record.last_state() in ("finished", "preempted"):
+            say("slurmgen: finished in an earlier run")  # Slurm 25.11 may requeue a preempted job once more
+            return Result(State.FINISHED)  # (not a "finished" that a failed run left: a Trainer's first train())
         self.files.outcome.unlink(missing_ok=True)
         shutil.rmtree(self.files.beats, ignore_errors=True)  # (a warning's stop file stays: it may be this run's)
-        self.record = JobRecord.load(self.files.record)
         say(f"slurmgen: job {self.job.id} (restart {self.record.restarts} of at most {self.spec.max_restarts}) on "
             f"{socket.gethostname()}: world size {self.spec.world_size}, master {os.environ.get('MASTER_ADDR', '')}:"
             f"{os.environ.get('MASTER_PORT', '')}")
