@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from slurmgen import contract
 from slurmgen.job import hangs, stacks
 from slurmgen.job import retry
 from slurmgen.job.record import Failure
@@ -24,9 +25,10 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
     by the signal names that function, called from the program's own code."""
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent("""
-        import os, sys, threading, time
+        import os, signal, sys, threading, time
         from train import heartbeat
         heartbeat.install()
+        signal.signal(signal.SIGUSR1, lambda *_: print("their own USR1", flush=True))  # Lightning's, after ours
         heartbeat.beat(7)
         def next_batch():
             print("ready", flush=True)
@@ -40,7 +42,7 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
         beats = hangs.read_beats(tmp_path / "hb")
         assert beats[3].step == 7 and beats[3].pid == proc.pid
         time.sleep(0.5)  # from print() into the wait
-        os.kill(proc.pid, signal.SIGUSR1)
+        os.kill(proc.pid, signal.SIGRTMIN + contract.DUMP_SIGNAL_RT)  # the hang watch's question, not USR1
         stack = tmp_path / "hb" / "stack-3"
         for _ in range(50):
             if "next_batch" in stack.read_text():
@@ -51,7 +53,7 @@ def test_a_real_dump_names_where_a_blocked_process_is(tmp_path):
         proc.kill()
     place = stacks.where(frames)
     assert frames[0].func == "wait" and frames[-1].func == "<module>", frames
-    assert place.startswith("wait (") and re.search(r", called from next_batch \(\S*prog\.py:8\)$", place), place
+    assert place.startswith("wait (") and re.search(r", called from next_batch \(\S*prog\.py:9\)$", place), place
 
 
 def views(*specs):

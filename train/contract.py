@@ -14,7 +14,11 @@ NODE_BEATS_ENV = "SLURMGEN_NODE_BEATS"
 NODE_BEAT_FILE = "node-{node}"
 PUBLISH_SECONDS = 2.0
 STOPPABLE_FILE = "stoppable"  # in the heartbeat folder: the ranks' code takes the stop file (a Trainer)
-DUMP_SIGNAL = "SIGUSR1"  # every rank writes its Python stacks on it (the hang watch's question)
+# Every rank writes its Python stacks on this signal (the hang watch's question): a real-time one, SIGRTMIN+5,
+# which no framework claims, where USR1 is Lightning's requeue and many codebases' own (a handler set
+# after ours would take the question, and answer it with a requeue).
+DUMP_SIGNAL_RT = 5  # an offset from SIGRTMIN
+DUMP_SIGNAL = f"RTMIN+{DUMP_SIGNAL_RT}"  # kill's spelling
 STOP_WAIT_ENV = "SLURMGEN_STOP_WAIT"  # seconds ranks get to stop after the warning
 COLLECTIVE_TIMEOUT_ENV = "SLURMGEN_COLLECTIVE_TIMEOUT"  # seconds a collective may hang
 PRECISION_ENV = "SLURMGEN_PRECISION"  # bf16 or fp16, what every GPU of the job computes in

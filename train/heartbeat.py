@@ -33,7 +33,7 @@ import time
 from train import compute_time, contract
 from train.contract import HEARTBEAT_DIR_ENV
 
-DUMP_SIGNAL = getattr(signal, contract.DUMP_SIGNAL)
+DUMP_SIGNAL = signal.SIGRTMIN + contract.DUMP_SIGNAL_RT
 HANG_IN_DATA_ENV = "SLURMGEN_TEST_HANG_IN_DATA"
 CRASH_ON_ENV = "SLURMGEN_TEST_CRASH_ON"
 

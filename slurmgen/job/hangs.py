@@ -26,7 +26,7 @@ from slurmgen.job.stacks import (RankView, hosts, in_collective, main_thread, pa
                                  summarize, where)
 
 
-DUMP_SIGNAL = contract.DUMP_SIGNAL[3:]  # kill's spelling: USR1
+DUMP_SIGNAL = contract.DUMP_SIGNAL  # kill's spelling: RTMIN+5
 POLL_SECONDS = 5.0
 STACK_WAIT_SECONDS = 10.0
 
@@ -50,7 +50,7 @@ for f in "$beats"/rank-*; do
     [[ $state == gone ]] && continue
     : > "$d/stack-$rank"
     command -v py-spy >/dev/null && timeout 20 py-spy dump --pid "$pid" > "$d/pyspy-$rank" 2>&1
-    kill -USR1 "$pid"
+    kill -s "$4" "$pid"
 done
 exit 0
 '''
@@ -117,7 +117,8 @@ def ask_for_stacks(folder: Path, groups: list[tuple], job: Optional[str] = None,
         # on 22.05: without it, "Memory required by task is not available")
         cmd = ["srun", "--overlap", *het, f"--nodes={nodes}", f"--ntasks={nodes}",
                "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=0", "--quiet",
-               "bash", "-c", _DUMP, "slurmgen-dump", str(folder), mode, os.environ.get(contract.NODE_BEATS_ENV, "")]
+               "bash", "-c", _DUMP, "slurmgen-dump", str(folder), mode, os.environ.get(contract.NODE_BEATS_ENV, ""),
+               DUMP_SIGNAL]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     for proc in procs:
         try:
