@@ -44,7 +44,7 @@ def test_a_node_publishes_its_ranks_beats_at_a_bounded_rate(tmp_path):
     elapsed = time.monotonic() - start
 
     names = events.drain()
-    published = [n for n in names if n == contract.NODE_BEAT_FILE.format(node="node1")]
+    published = [n for n in names if n == contract.NODE_BEAT_FILE.format(node="node1-0")]
     # Every other event is the publication's own temporary file: two per publication.
     assert len(names) == 2 * len(published), names
     # Once at the first beat, then at most every PUBLISH_SECONDS, and once more for the save.
@@ -56,8 +56,8 @@ def test_a_node_publishes_its_ranks_beats_at_a_bounded_rate(tmp_path):
     beats = hangs.read_beats(shared)
     assert sorted(beats) == list(range(RANKS)) and {b.host for b in beats.values()} == {"node1"}
     assert beats[0].step == STEPS and beats[0].save_allowance == 600  # the save was published at once
-    assert sorted(os.listdir(shared)) == ["node-node1"]
-    local = node_tmp / "slurmgen-beats-7-0-1-node1"
+    assert sorted(os.listdir(shared)) == ["node-node1-0"]  # the node, and its part's first rank
+    local = node_tmp / "slurmgen-beats-7-0-1-node1-0"
     assert sorted(p.name for p in local.iterdir()) == ["published", *sorted(f"rank-{r}" for r in range(RANKS))]
 
 
@@ -89,7 +89,8 @@ def test_the_last_beat_before_a_hang_is_published(tmp_path):
     env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="b", TMPDIR=str(tmp_path),
                SLURMD_NODENAME="node3", PYTHONPATH=str(REPO))
     code = HANGS_AFTER_ONE_BEAT.format(publish=contract.PUBLISH_SECONDS)
-    ranks = [subprocess.Popen([sys.executable, "-c", code], env={**env, "RANK": str(r)}) for r in range(2)]
+    ranks = [subprocess.Popen([sys.executable, "-c", code], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(2)]
     deadline = time.monotonic() + 4 * contract.PUBLISH_SECONDS
     while sorted(hangs.read_beats(shared)) != [0, 1] and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -123,9 +124,40 @@ def test_the_node_folder_goes_with_the_node_s_last_rank(tmp_path):
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
         env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="b", TMPDIR=str(node_tmp),
                    SLURMD_NODENAME="node2", PYTHONPATH=str(REPO), LOCAL_WORLD_SIZE="3", KILLED_RANK=killed)
-        ranks = [subprocess.Popen([sys.executable, "-c", LEAVES], env={**env, "RANK": str(r)}) for r in range(3)]
+        ranks = [subprocess.Popen([sys.executable, "-c", LEAVES], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+                 for r in range(3)]
         assert [p.wait(timeout=60) for p in ranks] == ([0, 0, 0] if not killed else [0, -9, 0])
         left = sorted(p.name for p in node_tmp.iterdir())
-        assert left == ([] if not killed else ["b-node2"]), left
+        assert left == ([] if not killed else ["b-node2-0"]), left
         if not killed:  # the last rank published every rank's last beat before it went
             assert {r: b.step for r, b in hangs.read_beats(shared).items()} == {0: 3, 1: 3, 2: 3}
+
+
+TWO_PARTS = """
+import os, time
+from train import heartbeat
+steps = 3 if os.environ["RANK"] in ("0", "1") else 12  # the smaller part ends first; the other trains on
+for step in range(1, steps + 1):
+    heartbeat.beat(step)
+    time.sleep(0.1)
+"""
+
+
+def test_two_components_on_one_node_beat_apart_and_the_first_to_end_leaves_the_other_be(tmp_path):
+    """A 2-rank component and a 4-rank one on one node (an 8-GPU node holds both): each part has its own
+    folder; the smaller part's last rank removes its own only, and the other part's ranks beat on and
+    are published to the end (a shared folder made their next beat fail, or stop, when it went)."""
+    shared, node_tmp = tmp_path / "beats", tmp_path / "tmp"
+    shared.mkdir()
+    node_tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(SLURMGEN_HEARTBEAT_DIR=str(shared), SLURMGEN_NODE_BEATS="b", TMPDIR=str(node_tmp),
+               SLURMD_NODENAME="node5", PYTHONPATH=str(REPO))
+    parts = [(r, r, 2) for r in (0, 1)] + [(r, r - 2, 4) for r in (2, 3, 4, 5)]  # (rank, local rank, local world)
+    ranks = [subprocess.Popen([sys.executable, "-c", TWO_PARTS], env={**env, "RANK": str(r), "LOCAL_RANK": str(local),
+                                                                      "LOCAL_WORLD_SIZE": str(world)})
+             for r, local, world in parts]
+    assert [p.wait(timeout=60) for p in ranks] == [0] * 6
+    assert list(node_tmp.iterdir()) == []  # each part took its own folder along
+    assert {r: b.step for r, b in hangs.read_beats(shared).items()} == {0: 3, 1: 3, 2: 12, 3: 12, 4: 12, 5: 12}
+    assert sorted(os.listdir(shared)) == ["node-node5-0", "node-node5-2"]

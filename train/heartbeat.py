@@ -86,6 +86,12 @@ def saving(allowance: float | None) -> None:
     _save_allowance = allowance
 
 
+def node_part() -> str:
+    """NODE-FIRST: this node, and the first global rank of this rank's part of the job on it (RANK less
+    LOCAL_RANK): two het components on one node beat apart, and each leaves its own folder."""
+    return f"{node_name()}-{int(rank()) - int(os.environ.get('LOCAL_RANK', '0') or 0)}"
+
+
 def node_name() -> str:
     """Slurm's name for this node, which the job excludes and blames by; on many sites the host
     name differs (gpu012.cluster.example for gpu012)."""
@@ -145,8 +151,9 @@ def node_folder() -> str | None:
     global _node_folder, _folder_owner
     if _node_folder is None:
         name = os.environ.get(contract.NODE_BEATS_ENV, "")
-        # The node's name too: nodes that share a /tmp (a test cluster on one machine) keep apart.
-        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"{name}-{node_name()}")
+        # The node's name too: nodes that share a /tmp (a test cluster on one machine) keep apart; and
+        # the part's: two het components on one node (their own ranks) keep apart.
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"{name}-{node_part()}")
         try:
             if not name or os.sep in name:
                 raise OSError(name)
@@ -225,7 +232,7 @@ def _publish(local: str, folder: str, now: float, urgent: bool) -> bool:
                         lines.append(fh.read())
                 except OSError:
                     continue
-        _replace(os.path.join(folder, contract.NODE_BEAT_FILE.format(node=node_name())), "".join(lines))
+        _replace(os.path.join(folder, contract.NODE_BEAT_FILE.format(node=node_part())), "".join(lines))
         _replace(stamp, "")
         # Dated just before the lines were read (file times are coarse): a beat written while
         # they were read is newer, and _publish_trailing sends it.

@@ -36,9 +36,13 @@ STACK_WAIT_SECONDS = 10.0
 # before their stacks are taken); the job is stopped next anyway. py-spy, where installed, reads
 # the stack without the rank's help.
 _DUMP = r'''
-d=$1 mode=$2 h=${SLURMD_NODENAME:-$(hostname)} beats=$1
-[[ -n $3 ]] && beats=${TMPDIR:-/tmp}/$3-$h  # where the ranks of this node beat (train.heartbeat)
-for f in "$beats"/rank-*; do
+d=$1 mode=$2 h=${SLURMD_NODENAME:-$(hostname)} sig=$4
+if [[ -n $3 ]]; then  # where the ranks of this node beat, a folder per part of the job here (train.heartbeat)
+    set -- "${TMPDIR:-/tmp}/$3-$h"-*/rank-*
+else
+    set -- "$d"/rank-*
+fi
+for f in "$@"; do
     read -r rank _ _ host pid _ < "$f" || continue
     [[ $host == "$h" ]] || continue
     if [[ $mode == continue ]]; then
@@ -50,7 +54,7 @@ for f in "$beats"/rank-*; do
     [[ $state == gone ]] && continue
     : > "$d/stack-$rank"
     command -v py-spy >/dev/null && timeout 20 py-spy dump --pid "$pid" > "$d/pyspy-$rank" 2>&1
-    kill -s "$4" "$pid"
+    kill -s "$sig" "$pid"
 done
 exit 0
 '''
