@@ -185,3 +185,14 @@ def test_every_variable_slurmgen_gives_the_ranks_is_named_in_the_contract():
     used = {name for path in sources for name in re.findall(r"SLURMGEN_[A-Z_]+[A-Z]", path.read_text())}
     assert sorted(used - defined - NOT_CROSSING) == []
     assert "SLURMGEN_STRAGGLER_WINDOW" in defined and "SLURMGEN_STOP_FILE" in defined
+
+
+def test_the_node_report_never_runs_a_train_py_in_the_working_folder(tmp_path):
+    """Where PYTHONSAFEPATH does not exist (Python 3.9, 3.10: NGC 24.05) a ./train.py (the seed's file name)
+    would be imported, and run, by find_spec("train.sft"): the report looks at slurmgen's own train."""
+    (tmp_path / "train.py").write_text("open('ran', 'w').close()\n")
+    code = (REPO / "slurmgen" / "job" / "node_report.py").read_text()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    out = subprocess.run([sys.executable, "-c", code, "module", "train.sft", "", "0"], capture_output=True, text=True,
+                         env={**env, "PYTHONPATH": str(REPO)}, cwd=tmp_path, check=True).stdout
+    assert json.loads(out.split(" ", 1)[1])["target"] == "found" and not (tmp_path / "ran").exists()

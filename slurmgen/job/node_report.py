@@ -77,6 +77,8 @@ def target_found(kind, target):
     try:
         if kind == "module":
             import importlib.util  # only here, like the others below: 128 nodes' reports share a test machine's cores
+            if target.split(".")[0] == "train" and sys.path[:1] == [""]:  # slurmgen's own: never a ./train.py,
+                del sys.path[0]  # which find_spec would run (what PYTHONSAFEPATH does, on 3.11+ only)
             return importlib.util.find_spec(target) is not None
         return on_path(target) if kind == "exec" else os.path.isfile(target)
     except ImportError:

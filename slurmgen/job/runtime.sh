@@ -28,7 +28,7 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     fi
     # The ranks beat into a folder on their node, which one rank publishes (train/contract.py);
     # not in a container, whose /tmp the hang watch's look from outside may not see.
-    [[ -n "${CONTAINER_SRUN[*]}${CONTAINER_EXEC[*]}" ]] || export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
+    [[ -n "${CONTAINER_SRUN[*]:-}${CONTAINER_EXEC[*]:-}" ]] || export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
     trap ': > "$SLURMGEN_STOP_FILE"' USR2 TERM  # the time-limit warning (or a preemption's TERM)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"
     # The launch functions and what they read, for the runtime to run each in a bash of its own.
@@ -80,7 +80,9 @@ node_iface() {  # NCCL's prefixes to this node's exact interface name, for gloo 
 
 image_rank_hooks() {  # the rank hooks of the slurmgen the image's Python imports, on PYTHONPATH (every step in it)
     local dir
-    if dir=$(PYTHONSAFEPATH=1 "$SLURMGEN_RANK_HOOKS_PYTHON" -c 'import train.rank_hooks as h; print(h.DIR)' 2>/dev/null); then
+    # the last line: a site's sitecustomize may print before it
+    dir=$(PYTHONSAFEPATH=1 "$SLURMGEN_RANK_HOOKS_PYTHON" -c 'import train.rank_hooks as h; print(h.DIR)' 2>/dev/null | tail -n 1)
+    if [[ -n $dir ]]; then
         export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
     else
         echo "slurmgen: cannot import train.rank_hooks in the image on $(hostname): your code runs without the rank hooks" >&2

@@ -21,6 +21,7 @@
 #SBATCH --gres=gpu:2
 
 set -uo pipefail
+(( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404 )) || { echo "slurmgen: this script needs bash 4.4 or newer; $BASH runs $BASH_VERSION" >&2; exit 1; }
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM  # a time-limit warning before the job runtime's own trap is kept
 
@@ -54,6 +55,8 @@ component_1() {
 # from the newest checkpoint; at the time-limit warning, ranks checkpoint and the job requeues.
 # Everything it needs is one record, the runtime spec (format 2).
 PYTHON=python3
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
+    { echo "slurmgen: $PYTHON on $(hostname) is not Python 3.9 or newer, which slurmgen needs: $("$PYTHON" -V 2>&1)" >&2; exit 1; }
 export SLURMGEN_RUNTIME_SPEC='{"world_size": 6,
  "components": [{"name": "component 0 (2 node(s) x 1 GPU)", "nodes": 2, "gpus": 1, "launch": "component_0"},
    {"name": "component 1 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch": "component_1"}],

@@ -17,12 +17,13 @@
 #SBATCH --threads-per-core=1
 
 set -uo pipefail
+(( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404 )) || { echo "slurmgen: this script needs bash 4.4 or newer; $BASH runs $BASH_VERSION" >&2; exit 1; }
 EARLY_WARNING=0
 trap 'EARLY_WARNING=1' USR2 TERM  # a time-limit warning before the job runtime's own trap is kept
 
 # Rank hooks (--no-rank-hooks: off): your code beats at each optimizer step for the hang watch,
 # dumps its stacks when asked, and a Trainer checkpoints at a warning (train/rank_hooks).
-if RANK_HOOKS=$(PYTHONSAFEPATH=1 python3 -c 'import train.rank_hooks as h; print(h.DIR)'); then
+if RANK_HOOKS=$(PYTHONSAFEPATH=1 python3 -c 'import train.rank_hooks as h; print(h.DIR)' | tail -n 1); then  # a site's sitecustomize may print first
     export PYTHONPATH="$RANK_HOOKS${PYTHONPATH:+:$PYTHONPATH}"
 else
     echo "slurmgen: cannot import train.rank_hooks here: your code runs without the rank hooks" >&2
@@ -48,6 +49,8 @@ component_0() {
 # from the newest checkpoint; at the time-limit warning, ranks checkpoint and the job requeues.
 # Everything it needs is one record, the runtime spec (format 2).
 PYTHON=python3
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
+    { echo "slurmgen: $PYTHON on $(hostname) is not Python 3.9 or newer, which slurmgen needs: $("$PYTHON" -V 2>&1)" >&2; exit 1; }
 export SLURMGEN_RUNTIME_SPEC='{"world_size": 4,
  "components": [{"name": "component 0 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch": "component_0"}],
  "spare_nodes": 0,
