@@ -171,3 +171,44 @@ def test_watch_shows_the_step_of_rank_0s_beat_when_there_is_no_progress_file(tmp
     (tmp_path / ".slurmgen-77" / "beats").mkdir(parents=True)
     (tmp_path / ".slurmgen-77" / "beats" / "rank-0").write_text("0 42 1796424631.029 node1 7806\n")
     assert progress_line("RUNNING", beat_progress(records)) == "[RUNNING   ] step 42"
+
+
+EVALUATES_AND_SAVES = '''
+import os, time, torch
+beats = os.path.join(os.environ["SLURMGEN_HEARTBEAT_DIR"], "rank-0")
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+trained = open(beats).read().split()
+with torch.no_grad():  # an evaluation: forward passes, no optimizer step, for a while
+    for _ in range(8):
+        model(torch.randn(2, 4))
+        time.sleep(0.1)
+evaluated = open(beats).read().split()
+
+class Slow:  # a big checkpoint: what its save writes takes a while
+    def __reduce__(self):
+        global during
+        during = open(beats).read().split()
+        return (str, ("x",))
+
+torch.save({"model": model.state_dict(), "slow": Slow()}, "ckpt.pt")
+after = open(beats).read().split()
+print(trained, evaluated, during, after)
+'''
+
+
+def test_a_plain_scripts_evaluation_and_own_save_are_progress_not_a_hang(hf_cache, tmp_path):
+    """Progress is any work: forward passes beat (at the same optimizer step), so a long evaluation, a
+    generation or a long gradient accumulation is no hang; torch.save is a save, whose beat carries the
+    save's allowance (600 s at least) while it runs, as the entry points' checkpoints do."""
+    (tmp_path / "loop.py").write_text(EVALUATES_AND_SAVES)
+    run = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=hooked_env(hf_cache, tmp_path, RANK="0", SLURMGEN_BEAT_SECONDS="0"))
+    assert run.returncode == 0, run.stderr
+    trained, evaluated, during, after = ast.literal_eval(run.stdout.strip().replace("] [", "], ["))
+    assert trained[1] == evaluated[1] == "3" and float(evaluated[2]) > float(trained[2]) + 0.5, (trained, evaluated)
+    assert during[1] == "3" and during[5:7] == ["save", "600"], during
+    assert after[1] == "3" and "save" not in after, after

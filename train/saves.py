@@ -21,9 +21,9 @@ import sys
 import time
 
 from train import collectives, contract, heartbeat
+from train.contract import STOP_WAIT_ENV
 
 SAVE_TIMEOUT_ENV = contract.SAVE_TIMEOUT_ENV
-from train.contract import STOP_WAIT_ENV
 SAVE_SLEEP_ENV = "SLURMGEN_TEST_SAVE_SLEEP"
 DEFAULT_ALLOWANCE = 600.0  # the default collective timeout: what a save could take before
 
@@ -45,6 +45,11 @@ def begin(step: int) -> None:
     heartbeat.saving(seconds)
     heartbeat.beat(step)
     collectives.set_timeout(max(seconds, collectives.collective_timeout()))
+
+
+def under_way() -> bool:
+    """Whether a save has begun and not ended (a Trainer's, whose own torch.save calls are part of it)."""
+    return _started is not None
 
 
 def end(step: int, is_main: bool) -> None:

@@ -9,7 +9,10 @@ without them.
     (train.compute_time, where the job asks for it), and a beat at every optimizer step of any optimizer (torch's
     global post-step hook), so the hang watch, the retries' "training had begun" rule and
     `slurmgen watch` see any PyTorch loop advance (the step in the beat counts optimizer steps
-    since the process started; at most one beat per BEAT_SECONDS);
+    since the process started; at most one beat per BEAT_SECONDS). Progress is any work: a forward
+    pass beats too (the same step: an evaluation, a generation, a long gradient accumulation is no
+    hang), and torch.save (and, once imported, torch.distributed.checkpoint.save) is a save, with a
+    save's allowance (train.saves), however long it takes;
   * after transformers.trainer is imported: train.trainer_hooks.
 
 Only the standard library and train.heartbeat here: this is imported before the script runs.
@@ -46,13 +49,55 @@ def start() -> None:
 
 def after_optimizer_import(module) -> None:
     if is_rank():
+        import torch
+        from torch.nn.modules import module as modules
+
         module.register_optimizer_step_post_hook(_after_step)
+        modules.register_module_forward_hook(_after_forward)
+        torch.save = _as_a_save(torch.save)
         compute_time.install()
 
 
-def _after_step(optimizer, args, kwargs) -> None:
+def after_checkpoint_import(module) -> None:
+    if is_rank() and hasattr(module, "save"):
+        module.save = _as_a_save(module.save)
+
+
+def _ours(name: str):
+    """slurmgen's train.NAME, whatever `train` means to the script (the rank hooks' loader)."""
+    import importlib
+
+    loader = sys.modules.get("sitecustomize")
+    return loader.ours(name) if hasattr(loader, "ours") else importlib.import_module(f"train.{name}")
+
+
+def _as_a_save(save):
+    """save, bracketed as a checkpoint save (train.saves: its allowance in the beat), unless one is under
+    way already (a Trainer's, which calls it for each of its files)."""
+    import functools
+
+    saves = _ours("saves")
+
+    @functools.wraps(save)
+    def a_save(*args, **kwargs):
+        if saves.under_way() or not is_rank():
+            return save(*args, **kwargs)
+        saves.begin(_steps)
+        try:
+            return save(*args, **kwargs)
+        finally:
+            saves.end(_steps, os.environ.get("RANK") == "0")
+    return a_save
+
+
+def _after_forward(module, args, output) -> None:
+    """Any forward pass is progress: a beat (at most one per BEAT_SECONDS), the optimizer steps so far."""
+    _after_step(None, None, None, advance=False)
+
+
+def _after_step(optimizer, args, kwargs, advance: bool = True) -> None:
     global _steps, _failed, _last_beat
-    _steps += 1
+    _steps += advance
     now = time.monotonic()
     if trainer_beats or _failed or now - _last_beat < BEAT_SECONDS:
         return

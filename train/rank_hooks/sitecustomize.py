@@ -98,6 +98,7 @@ def install():
     """The hooks for this process: the ones whose module is already imported at once, the
     others when it is."""
     hooks = {"torch.optim.optimizer": _call("script_hooks", "after_optimizer_import"),
+             "torch.distributed.checkpoint": _call("script_hooks", "after_checkpoint_import"),
              "transformers.trainer": _call("trainer_hooks", "after_trainer_import")}
     try:
         ours("script_hooks").start()
