@@ -20,7 +20,7 @@ import time
 
 from train.collectives import active_group, collective_device
 
-from train.contract import FINISHED, OUTCOME_FILE_ENV, STOP_FILE_ENV, STOPPED
+from train.contract import FINISHED, OUTCOME_FILE_ENV, STOP_FILE_ENV, STOP_WAIT_ENV, STOPPED
 
 # Rank 0 writes "stopped STEP" or "finished STEP" to OUTCOME_FILE_ENV at the end, so the job runtime
 # does not requeue a run whose last step came before the warning could stop it.
@@ -42,7 +42,9 @@ def stop_on_term() -> None:
     never gets there: Python runs a signal handler only between bytecodes, so a watch thread
     ends the rank when the handler has not run TERM_GRACE seconds after the signal. (That is
     also how a crashed rank's sibling on the same node ends when its own torchrun agent stops it:
-    at once, so that this node's agent reports the crash before the others, see train.program.)"""
+    at once, so that this node's agent reports the crash before the others, see train.program.)
+    Where the stop file exists, though, the TERM is a preemption's or the time limit's (a site
+    that sends no user signal): the rank then gets SLURMGEN_STOP_WAIT to take it and checkpoint."""
 
     global _TERMINATED
     _TERMINATED = False
@@ -70,15 +72,21 @@ def _watch_for_stuck_term() -> None:
         os.close(write_end)
         return
     grace = float(os.environ.get(TERM_GRACE_ENV) or DEFAULT_TERM_GRACE)
+    stop_file, stop_wait = os.environ.get(STOP_FILE_ENV), float(os.environ.get(STOP_WAIT_ENV) or 0)
 
     def watch():
         while True:
             if signal.SIGTERM not in os.read(read_end, 64):
                 continue
-            deadline = time.monotonic() + grace
+            began = time.monotonic()
+            deadline = began + grace
             while time.monotonic() < deadline:
                 if _TERMINATED:  # the main thread took it: it stops at the end of its step
                     return
+                if stop_file and stop_wait and deadline < began + stop_wait and os.path.exists(stop_file):
+                    # a preemption or the time limit (the batch script's trap made the stop file): a rank in
+                    # a long backward or an NCCL wait gets the time to checkpoint, not GRACE
+                    deadline = began + stop_wait
                 time.sleep(0.05)
             print(f"slurmgen-train: SIGTERM not taken within {grace:g} s (blocked, e.g. in a collective whose"
                   " peer is gone): ending this rank now", file=sys.stderr, flush=True)
