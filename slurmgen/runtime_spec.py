@@ -27,6 +27,7 @@ class Component:
     nodes: int
     gpus: int  # per node
     launch: str  # its launch function in the script
+    gpu_type: str = ""  # --gpu-type's, "" for any
 
 
 @dataclass(frozen=True)

@@ -240,3 +240,23 @@ def test_the_submit_path_refuses_to_exclude_stragglers_in_one_line():
     with pytest.raises(SpecError, match=r"^--straggler-action exclude: python -m slurmgen.submit watches for hangs,"
                                         r" not stragglers, and runs no network check; use slurmgen render$"):
         parameters.check_submittable(Request(gpus=(1,), slow_nodes=SlowNodes(straggler_action="exclude")))
+
+
+def test_on_mixed_gpu_types_a_rank_is_judged_against_its_own_kind():
+    """--gpu-type a100,a100,h100,h100: the A100 ranks are 2.5x the H100s' compute time, and healthy; a
+    slow H100 is still named (issue 41, item 9)."""
+    from slurmgen.job.hangs import Beat
+    from slurmgen.job.stragglers import rank_kinds, slow_ranks
+    from slurmgen.runtime_spec import Component
+
+    components = (Component("component 0", 2, 1, "component_0", "a100"), Component("component 1", 2, 2, "component_1", "h100"))
+    kinds = rank_kinds(components)
+    assert kinds == {0: "a100", 1: "a100", 2: "h100", 3: "h100", 4: "h100", 5: "h100"}
+    times = {0: 0.05, 1: 0.05, 2: 0.02, 3: 0.02, 4: 0.02, 5: 0.02}
+    hosts = {0: "node1", 1: "node2", 2: "node3", 3: "node3", 4: "node4", 5: "node4"}
+    beats = {r: Beat(r, 9, 1.0, hosts[r], 99, 0.0, t) for r, t in times.items()}
+    assert [s.rank for s in slow_ranks(beats, 2.0)] == [0, 1]  # against everyone: the A100s "straggle"
+    assert slow_ranks(beats, 2.0, kinds) == []
+    beats[3] = Beat(3, 9, 1.0, "node3", 99, 0.0, 0.06)  # a throttled H100
+    assert [(s.rank, round(s.ratio, 1)) for s in slow_ranks(beats, 2.0, kinds)] == [(3, 3.0)]
+    assert rank_kinds(components[:1]) == {}  # one kind: everyone is everyone's peer, as before

@@ -42,7 +42,8 @@ def group_nodes(groups: int) -> list[list[str]]:
 
 def runtime(job: Job) -> Runtime:
     spec, steps = job.spec, Steps(job.files.launch)
-    watch_stragglers = partial(stragglers.look, spec.stragglers.ratio) if spec.stragglers else None
+    kinds = stragglers.rank_kinds(spec.components)  # each rank judged against its own kind of GPU
+    watch_stragglers = partial(stragglers.look, spec.stragglers.ratio, kinds=kinds) if spec.stragglers else None
     if not spec.spare_nodes:
         het = len(spec.components) > 1
         groups = [(str(i) if het else "-", c.nodes) for i, c in enumerate(spec.components)]

@@ -22,18 +22,33 @@ class Straggler:
                 f" per step over the last {window} steps")
 
 
-def slow_ranks(beats: dict[int, Beat], ratio: float) -> list[Straggler]:
-    """Ranks whose compute time is at least ratio times the median of the others'; nothing until
-    every rank with a beat has a full window (a figure)."""
+def slow_ranks(beats: dict[int, Beat], ratio: float, kinds: dict[int, str] | None = None) -> list[Straggler]:
+    """Ranks whose compute time is at least ratio times the median of the others' of the same kind of
+    GPU (kinds: rank -> its --gpu-type; an H100 is not an A100's straggler); nothing until every rank
+    with a beat has a full window (a figure), and nothing for a rank without a peer of its kind."""
     figures = {r: b.compute for r, b in beats.items()}
     if len(figures) < 2 or not all(figures.values()):
         return []
+    kinds = kinds or {}
     found = []
     for r, mine in sorted(figures.items()):
-        others = statistics.median(v for k, v in figures.items() if k != r)
+        peers = [v for k, v in figures.items() if k != r and kinds.get(k, "") == kinds.get(r, "")]
+        others = statistics.median(peers) if peers else 0
         if others > 0 and mine >= ratio * others:
             found.append(Straggler(r, beats[r].host, mine / others))
     return found
+
+
+def rank_kinds(components) -> dict[int, str]:
+    """Each global rank's GPU type, from the components (ranks follow them in order); {} where the job
+    has one kind of GPU only."""
+    if len({c.gpu_type for c in components}) < 2:
+        return {}
+    kinds, first = {}, 0
+    for c in components:
+        kinds.update({r: c.gpu_type for r in range(first, first + c.nodes * c.gpus)})
+        first += c.nodes * c.gpus
+    return kinds
 
 
 def node_figures(beats: dict[int, Beat]) -> dict[str, float]:
@@ -45,6 +60,6 @@ def node_figures(beats: dict[int, Beat]) -> dict[str, float]:
     return {host: statistics.median(values) for host, values in sorted(by_node.items())}
 
 
-def look(ratio: float, beats: dict[int, Beat]) -> tuple[list[Straggler], dict[str, float]]:
+def look(ratio: float, beats: dict[int, Beat], kinds: dict[int, str] | None = None) -> tuple[list[Straggler], dict[str, float]]:
     """The stragglers now, and each node's compute time (for the job record and the report)."""
-    return slow_ranks(beats, ratio), node_figures(beats)
+    return slow_ranks(beats, ratio, kinds), node_figures(beats)

@@ -31,7 +31,8 @@ def runtime_spec(plan: Plan, model: str = "") -> RuntimeSpec:
         master_iface = (gloo_socket_ifname(spec.nccl_socket_ifname) or "").split(",")[0]
     return RuntimeSpec(
         world_size=plan.world_size,
-        components=tuple(Component(c.name, c.nodes, c.gpus_per_node, f"component_{c.index}") for c in plan.components),
+        components=tuple(Component(c.name, c.nodes, c.gpus_per_node, f"component_{c.index}", c.gpu_type)
+                         for c in plan.components),
         spare_nodes=plan.spare.nodes if plan.spare else 0,
         python=spec.python,
         logs=spec.log_dir,

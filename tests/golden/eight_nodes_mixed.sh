@@ -140,12 +140,12 @@ PYTHON=python3
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
     { echo "slurmgen: $PYTHON on $(hostname) is not Python 3.9 or newer, which slurmgen needs: $("$PYTHON" -V 2>&1)" >&2; exit 1; }
 export SLURMGEN_RUNTIME_SPEC='{"world_size": 43,
- "components": [{"name": "component 0 (2 node(s) x 8 h100 GPUs)", "nodes": 2, "gpus": 8, "launch": "component_0"},
-   {"name": "component 1 (2 node(s) x 8 a100 GPUs)", "nodes": 2, "gpus": 8, "launch": "component_1"},
-   {"name": "component 2 (1 node(s) x 4 a100 GPUs)", "nodes": 1, "gpus": 4, "launch": "component_2"},
-   {"name": "component 3 (1 node(s) x 4 l40s GPUs)", "nodes": 1, "gpus": 4, "launch": "component_3"},
-   {"name": "component 4 (1 node(s) x 2 l40s GPUs)", "nodes": 1, "gpus": 2, "launch": "component_4"},
-   {"name": "component 5 (1 node(s) x 1 l40s GPU)", "nodes": 1, "gpus": 1, "launch": "component_5"}],
+ "components": [{"name": "component 0 (2 node(s) x 8 h100 GPUs)", "nodes": 2, "gpus": 8, "launch": "component_0", "gpu_type": "h100"},
+   {"name": "component 1 (2 node(s) x 8 a100 GPUs)", "nodes": 2, "gpus": 8, "launch": "component_1", "gpu_type": "a100"},
+   {"name": "component 2 (1 node(s) x 4 a100 GPUs)", "nodes": 1, "gpus": 4, "launch": "component_2", "gpu_type": "a100"},
+   {"name": "component 3 (1 node(s) x 4 l40s GPUs)", "nodes": 1, "gpus": 4, "launch": "component_3", "gpu_type": "l40s"},
+   {"name": "component 4 (1 node(s) x 2 l40s GPUs)", "nodes": 1, "gpus": 2, "launch": "component_4", "gpu_type": "l40s"},
+   {"name": "component 5 (1 node(s) x 1 l40s GPU)", "nodes": 1, "gpus": 1, "launch": "component_5", "gpu_type": "l40s"}],
  "spare_nodes": 0,
  "python": "python3",
  "logs": "/tmp/slurmgen-golden-logs",

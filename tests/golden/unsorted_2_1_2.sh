@@ -69,8 +69,8 @@ PYTHON=python3
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
     { echo "slurmgen: $PYTHON on $(hostname) is not Python 3.9 or newer, which slurmgen needs: $("$PYTHON" -V 2>&1)" >&2; exit 1; }
 export SLURMGEN_RUNTIME_SPEC='{"world_size": 5,
- "components": [{"name": "component 0 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch": "component_0"},
-   {"name": "component 1 (1 node(s) x 1 GPU)", "nodes": 1, "gpus": 1, "launch": "component_1"}],
+ "components": [{"name": "component 0 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch": "component_0", "gpu_type": ""},
+   {"name": "component 1 (1 node(s) x 1 GPU)", "nodes": 1, "gpus": 1, "launch": "component_1", "gpu_type": ""}],
  "spare_nodes": 0,
  "python": "python3",
  "logs": "/tmp/slurmgen-golden-logs",
