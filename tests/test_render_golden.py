@@ -69,8 +69,9 @@ def test_uneven_layout_groups_nodes_by_gpu_count():
     assert text.count("#SBATCH hetjob") == 1
     assert "#SBATCH --gres=gpu:1" in text and "#SBATCH --gres=gpu:2" in text
     assert text.count("exec srun --het-group=") == 2  # training, per component (preflight: the runtime)
-    assert '"components": [{"name": "component 0 (2 node(s) x 1 GPU)", "nodes": 2, "gpus": 1, "launch": "component_0"},' \
-           '\n   {"name": "component 1 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch": "component_1"}]' in text
+    assert '"components": [{"name": "component 0 (2 node(s) x 1 GPU)", "nodes": 2, "gpus": 1, "launch": "component_0",' \
+           ' "gpu_type": ""},\n   {"name": "component 1 (2 node(s) x 2 GPUs)", "nodes": 2, "gpus": 2, "launch":' \
+           ' "component_1", "gpu_type": ""}]' in text
 
 
 def test_uniform_layout_is_a_plain_job():
