@@ -60,7 +60,7 @@ class Proc:
     def kill(self):
         self.rc = 137 if self.rc is None else self.rc
 
-    def wait(self):
+    def wait(self, timeout=None):
         return self.poll()
 
 
@@ -457,3 +457,19 @@ def test_a_plain_script_killed_by_scancel_is_no_failure_to_retry(job, capsys):
     assert status(runtime) == 0
     assert "was cancelled (scancel)" in capsys.readouterr().out
     assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "cancelled"
+
+
+def test_a_preflight_that_does_not_answer_lets_training_start_with_one_line(job, capsys):
+    """An srun stuck on a node that does not answer: past the check's budget (60 s and half a second a
+    node) the steps are stopped and training starts; a failing check of a healthy cluster would itself
+    be a misfire (issue 41, item 10)."""
+    runtime, steps = job(component_0=exits(0, 1200), component_1=exits(0, 1200), preflight=True, reports=[])
+    stuck = Proc(job.clock, running)
+    steps.start = lambda function, *args, stdout=None: (steps.started.append(function) or
+                                                        (stuck if function == "preflight_step" else
+                                                         Proc(job.clock, steps.components[function])))
+    assert status(runtime) == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: preflight: not every node answered within 62 s; training starts without it" in out
+    assert steps.started == ["preflight_step", "preflight_step", "component_0", "component_1"]
+    assert stuck.rc == 143 and 1062 <= job.clock.now  # TERM at the budget's end

@@ -41,7 +41,7 @@ class Runtime:
         self.job, self.spec, self.files = job, job.spec, job.files
         self.steps, self.clock, self.sleep, self.slurm = launcher, clock, sleep, slurm_api
         self.hang_check, self.nodes, self.spares = hang_check, nodes or [], spares
-        self.checks = NodeChecks(job, launcher, clock, straggler_check)
+        self.checks = NodeChecks(job, launcher, clock, straggler_check, sleep)
         self.record = JobRecord()
         self.run = Run()
         self.beats_name = os.environ.get(contract.NODE_BEATS_ENV, "")
