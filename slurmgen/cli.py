@@ -14,6 +14,7 @@ from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
+from slurmgen.plan.option_fields import CHECK, FIT, RENDER
 from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
 from slurmgen.plan.words import SpecError, compact_gpus, train_arg
 from slurmgen.submit import submit_command
@@ -80,7 +81,7 @@ def cli(ctx):
     click.option("--show-config", is_flag=True, help="Print the effective settings and their sources, then stop."),
     click.option("--check", "check_first", is_flag=True,
                  help="Ask the cluster first (as `slurmgen check`); write nothing if the layout cannot run."))
-@job_options
+@job_options(RENDER)
 @click.pass_context
 def render_command(ctx, output, show_config, check_first, **params):
     """\b
@@ -208,7 +209,7 @@ def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False
 
 
 @cli.command("check", short_help="Say whether the layout can run on this cluster, and where.")
-@job_options
+@job_options(CHECK)
 def check_command(**params):
     """\b
     Example: slurmgen check --nodes 4 --gpus 1,1,2,2 --script train.py
@@ -225,7 +226,7 @@ def check_command(**params):
 
 @cli.command("fit", short_help="Say what would fit on the GPUs before queueing.")
 @cloup.option_group("Fit", click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON."))
-@job_options
+@job_options(FIT)
 def fit_command(as_json, **params):
     """\b
     Example: slurmgen fit --nodes 4 --gpus 1,1,2,2 --gpu-mem 80G -- --model_name_or_path M

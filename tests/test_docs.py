@@ -26,7 +26,8 @@ from typing import Optional
 import click
 import pytest
 
-from slurmgen.options import JOB_OPTIONS
+from slurmgen.options import ENTRIES
+from slurmgen.plan.option_fields import SECTIONS
 
 pytestmark = pytest.mark.unit
 
@@ -258,9 +259,20 @@ def test_the_cli_reference_is_generated_for_every_command(site):
 
 def test_the_cli_reference_shows_every_job_option(site):
     html = unescape((site / "reference" / "cli" / "index.html").read_text())
-    names = [name for decls, _ in JOB_OPTIONS for name in decls[0].split("/")]
+    names = [name for e in ENTRIES for name in e.option.flags[0].split("/")]
     missing = [name for name in names if not re.search(rf"{re.escape(name)}\b", html)]
     assert missing == []
+
+
+def test_the_cli_reference_keeps_the_sections_of_help(site):
+    """render's options in --help's sections, in order, each option in its own (docs/hooks/cli_sections.py)."""
+    html = unescape((site / "reference" / "cli" / "index.html").read_text())
+    render = html[html.index('id="slurmgen-render"'):html.index('id="slurmgen-report"')]
+    titles = re.findall(r"<strong>([\w ]+):</strong>", render)
+    assert titles == ["Usage", "Script", *SECTIONS, "Other options"]
+    blocks = dict(zip(titles, re.split(r"<strong>[\w ]+:</strong>", render)[1:]))
+    for entry in ENTRIES:
+        assert re.search(rf"{re.escape(entry.option.flags[0].split('/')[0])}\b", blocks[entry.option.section]), entry
 
 
 # ---------------------------------------------------------------------------- the README

@@ -123,3 +123,14 @@ def test_a_profile_owned_by_another_user_is_refused(render_args, profile_dir):
         f"slurmgen: error: {path}: owned by nobody, not by you: a profile's setup lines run in every job, so"
         " slurmgen uses only your own (copy it, or pass its options instead)")
     assert not (profile_dir / "generated.sh").exists()
+
+
+def test_a_command_takes_from_a_profile_only_the_options_it_lists(render_args, profile_dir):
+    """[default] applies to every command: fit, which lists no --env or --launcher, ignores them."""
+    (profile_dir / "slurmgen.toml").write_text('[default]\nnodes = 4\ngpus = [1, 1, 2, 2]\nlauncher = "srun"\n'
+                                               'mail-user = "me"\nenv = { HF_HOME = "/shared/hf" }\n')
+    result = render_args("fit", "--gpu-mem", "80G")
+    assert (result.exit_code, result.stderr) == (2, "slurmgen: error: give the model: slurmgen fit ... --"
+                                                    " --model_name_or_path M\n")
+    assert render_args("render").exit_code == 0
+    assert "#SBATCH --mail-user=me" in script(profile_dir) and "srun" in script(profile_dir)

@@ -1,136 +1,204 @@
-"""JobSpec: the validated, frozen description of one training job.
+"""JobSpec: the validated, frozen description of one training job, and the one declaration of the
+job options: each field that is an option carries its flags, help and section (plan.option_fields);
+slurmgen.options builds the commands' options and this spec from them.
 
-Every user value is checked here, once, so that planning and rendering can trust it. A bad value
-raises SpecError with one line that names the value and what is allowed.
+Every user value is checked here, once (plan.spec_rules), so that planning and rendering can trust
+it. A bad value raises SpecError with one line that names the value and what is allowed.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
-from slurmgen.plan import passthrough, sweep
+from slurmgen.plan import spec_rules
+from slurmgen.plan.option_fields import (EVERY, FAULTS, FIT, LAUNCH, LAYOUT, OUTPUT, RESOURCES, SCRIPTS, SITE,
+                                         SWEEPS, option)
 from slurmgen.plan.slow_nodes import SlowNodes
-from slurmgen.plan.words import SpecError, parse_sizes, parse_time, printable_line, train_arg
+from slurmgen.plan.spec_rules import (CONTAINER_RUNTIMES, DEFAULT_LOG_NAME, DEFAULT_MODULE,  # noqa: F401
+                                      DEFAULT_PORT_RANGE, LAUNCHERS, PREP_MODULE, SHIPPED_MODULES)
+from slurmgen.plan.sweep import MODES as SWEEP_MODES
+from slurmgen.plan.words import parse_time, train_arg
 
-LAUNCHERS = ("torchrun", "srun", "accelerate")
-# --container RUNTIME:IMAGE; pyxis is what --container-image has always meant.
-CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis")
-NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
-DEFAULT_MODULE = "train.sft"
-# The entry points slurmgen ships (the `train` package). A `train.py` in the job's working
-# directory (the seed's own file name) would shadow them, since `python -m` puts that directory
-# first on sys.path: their jobs export PYTHONSAFEPATH=1 (Python 3.11+; on older Pythons preflight
-# reports the target missing), and the submit path imports them without it (slurmgen.submit.task). A
-# user's own --module and --script keep Python's rule.
-SHIPPED_MODULES = ("train.sft", "train.classify", "train.ddp_loop")
-DEFAULT_PORT_RANGE = (20000, 29999)
-
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-_GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
-_MEM = re.compile(r"[0-9]+[KMGT]?\Z")
-MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
-              "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
-HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
-DEFAULT_LOG_NAME = "%x-%j.out"
-# Slurm's filename patterns (%j job id, %x job name, %N first node, ...), optionally zero-padded.
-_LOG_NAME_PART = re.compile(r"%(%|[0-9]*[AabJjNnstux])")
-_MAIL_USER = re.compile(r"[A-Za-z0-9_.+\-]+(@[A-Za-z0-9_.\-]+)?\Z")
-# Names Slurm takes in #SBATCH lines (partition, account, qos, node lists, features).
-_SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
-_CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
-_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.,:\-]+\Z")
-
-
-def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
-    if value is not None and not pattern.match(value):
-        raise SpecError(f"{option} {value!r}: contains characters Slurm does not accept here")
-
-
-def _refuse_both(given: list, advice: str) -> None:
-    """Options that exclude each other: given, the (option, value) pairs the user set."""
-    if len(given) > 1:
-        (first, first_value), (second, second_value) = given[:2]
-        raise SpecError(f"{first} {first_value!r} and {second} {second_value!r}: {advice}")
-
-
-def _check_no_newline(option: str, value: str) -> None:
-    if "\n" in value or "\r" in value or "\0" in value:
-        raise SpecError(f"{option} {value!r}: must be a single line")
+WITH_FIT = SCRIPTS | {FIT}  # --spares: fit says whether its figures hold for a spare
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What the user asked for. Construct through `JobSpec.create` (validates) or directly in tests."""
+    """What the user asked for. Built by slurmgen.options from the command line, or directly (tests,
+    spec_from_args); `validate()` checks it. Fields in --help's order, section by section."""
 
-    gpus: tuple[int, ...]
-    gpu_type: tuple[str, ...] = ()         # --gpu-type: one for all nodes, or one per node
-    job_name: str = "slurmgen"
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    time: Optional[str] = None
-    cpus_per_gpu: int = 4
-    mem: Optional[str] = None
-    constraint: Optional[str] = None
-    gpu_mem: Optional[str] = None          # for slurmgen fit and --check: words.parse_sizes
-    nodelist: tuple[str, ...] = ()
-    exclude: Optional[str] = None
-    log_dir: str = "logs"
-    env: tuple[tuple[str, str], ...] = ()
-    setup: tuple[str, ...] = ()
-    master_port: Optional[int] = None
-    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
-    launcher: str = "torchrun"
-    module: Optional[str] = DEFAULT_MODULE
-    script: Optional[str] = None
-    train_args: tuple[str, ...] = ()
-    python: str = "python3"
-    grace: int = 180
-    max_restarts: int = 3
-    rdzv_timeout: int = 300
-    collective_timeout: int = 600
-    hang_timeout: int = 300                # 0: no hang watch
-    save_timeout: Optional[int] = None     # None: from the saves measured in the run (train.saves)
-    max_failures: int = 2
-    spares: int = 0                        # idle nodes in the allocation that replace a lost one (render)
-    preflight: bool = True
-    slow_nodes: SlowNodes = SlowNodes()    # the network check and the straggler watch
-    rank_hooks: bool = True                # train/rank_hooks on the ranks' PYTHONPATH (user code only)
-    resume: str = "off"                    # "auto": a user's Trainer resumes by itself
-    nccl_debug: Optional[str] = None
-    nccl_socket_ifname: Optional[str] = None
-    hf_home: Optional[str] = None
-    offline: bool = False
-    exclusive: bool = False
-    container_image: Optional[str] = None
-    container_runtime: str = "pyxis"       # or apptainer/singularity (--container RUNTIME:IMAGE)
-    container_mounts: Optional[str] = None
-    mem_per_gpu: Optional[str] = None
-    mem_per_cpu: Optional[str] = None
-    cpus_per_node: Optional[int] = None
-    reservation: Optional[str] = None
-    mail_type: Optional[str] = None
-    mail_user: Optional[str] = None
-    hint: Optional[str] = None
-    threads_per_core: Optional[int] = None
-    wait_all_nodes: bool = False
-    error_log: bool = False
-    log_name: str = DEFAULT_LOG_NAME
-    sbatch: tuple[str, ...] = ()           # NAME or NAME=VALUE, sbatch long options
-    srun_args: tuple[str, ...] = ()        # added to every training step
-    launcher_args: tuple[str, ...] = ()    # added to torchrun or accelerate
-    exec: Optional[str] = None             # a program (not Python) run per rank
-    master_addr_ip: bool = False
-    slurm_version: Optional[str] = None    # X.Y; None: the installed sbatch's
+    # Layout
+    gpus: tuple[int, ...] = option(
+        (1,), "--gpus", "-G", section=LAYOUT, metavar="G[,G...]|auto", given=str, commands=EVERY,
+        help="GPUs per node: one count for all nodes, or one per node (1,1,2,2); auto: from the GPUs free now"
+             " (with --world-size or --max-gpus).")
+    gpu_type: tuple[str, ...] = option(
+        (), "--gpu-type", section=LAYOUT, metavar="T[,T...]", given=str,
+        help="Typed GRES, --gres=gpu:T:N: one GPU type for all nodes, or one per node like --gpus"
+             " (a100,a100,h100,h100); nodes of one count and type make one component.")
+    nodelist: tuple[str, ...] = option(
+        (), "--nodelist", "-w", section=LAYOUT, metavar="HOSTLIST", given=str, commands=EVERY,
+        help="Exact hosts, one per node in --gpus order, e.g. node[1-4].")
+    exclude: Optional[str] = option(None, "--exclude", "-x", section=LAYOUT, metavar="HOSTLIST",
+                                    help="Hosts never to use.")
+    exclusive: bool = option(False, "--exclusive", section=LAYOUT,
+                             help="Whole nodes: no other job, and no two components of this one, on a node.")
     layout_origin: str = ""                # --gpus auto: how the layout was chosen (header)
-    sweep: tuple = ()                      # ((KEY, (V1, V2, ...)), ...): slurmgen.plan.sweep
-    sweep_mode: str = "product"
-    max_parallel: Optional[int] = None     # runs of a sweep at once
-    after: tuple = ()                      # ((JOB, afterok|afterany), ...)
-    prep: bool = False                     # a CPU-only job prepares the data first (train.sft)
+    # Resources
+    partition: Optional[str] = option(None, "--partition", "-p", section=RESOURCES, commands=EVERY,
+                                      help="Slurm partition.")
+    account: Optional[str] = option(None, "--account", "-A", section=RESOURCES, help="Slurm account to charge.")
+    qos: Optional[str] = option(None, "--qos", section=RESOURCES, help="Slurm quality of service.")
+    time: Optional[str] = option(None, "--time", "-t", section=RESOURCES,
+                                 help="Time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")
+    cpus_per_gpu: int = option(4, "--cpus-per-gpu", section=RESOURCES, help="CPU cores per GPU.")
+    cpus_per_node: Optional[int] = option(
+        None, "--cpus-per-node", section=RESOURCES, metavar="N", commands=SCRIPTS,
+        help="CPU cores per node instead of per GPU (torchrun, accelerate: one agent per node).")
+    mem: Optional[str] = option(None, "--mem", section=RESOURCES, commands=EVERY,
+                                help="Memory per node, e.g. 64G (0 = all of it).")
+    mem_per_gpu: Optional[str] = option(None, "--mem-per-gpu", section=RESOURCES, metavar="SIZE", commands=EVERY,
+                                        help="Memory per GPU: a node gets SIZE times its GPU count.")
+    mem_per_cpu: Optional[str] = option(None, "--mem-per-cpu", section=RESOURCES, metavar="SIZE",
+                                        help="Memory per CPU core.")
+    gpu_mem: Optional[str] = option(  # for slurmgen fit and --check: words.parse_sizes
+        None, "--gpu-mem", section=RESOURCES, metavar="SIZE", commands=EVERY,
+        help="GPU memory (80G; or one per node like --gpus) for `slurmgen fit` and --check.")
+    constraint: Optional[str] = option(None, "--constraint", "-C", section=RESOURCES,
+                                       help="Node features required (Slurm --constraint).")
+    hint: Optional[str] = option(
+        None, "--hint", section=RESOURCES, metavar="HINT",
+        help="Slurm task placement hint: nomultithread, multithread, compute_bound, memory_bound.")
+    threads_per_core: Optional[int] = option(None, "--threads-per-core", section=RESOURCES, metavar="N",
+                                             help="Hardware threads per core to use (1 = no hyper-threads).")
+    reservation: Optional[str] = option(None, "--reservation", section=RESOURCES,
+                                        help="Slurm reservation to run in.")
+    wait_all_nodes: bool = option(False, "--wait-all-nodes", section=RESOURCES,
+                                  help="Start only when every node is booted and ready.")
+    # Launch
+    launcher: str = option(
+        "torchrun", "--launcher", section=LAUNCH, choices=LAUNCHERS, commands=SCRIPTS,
+        help="How ranks start: torchrun agent per node, srun task per GPU, or accelerate (uniform layouts only).")
+    module: Optional[str] = option(DEFAULT_MODULE, "--module", "-m", section=LAUNCH,
+                                   help="Python module to train with.")
+    script: Optional[str] = option(None, "--script", section=LAUNCH, help="A Python script to run instead of --module.")
+    exec: Optional[str] = option(  # a program (not Python) run per rank
+        None, "--exec", section=LAUNCH, metavar="PROGRAM",
+        help="A program that is not Python, run per rank (e.g. a framework's console script).")
+    python: str = option("python3", "--python", section=LAUNCH,
+                         help="Python on the compute nodes; it runs every step (torchrun and accelerate as -m).")
+    env: tuple[tuple[str, str], ...] = option((), "--env", "-e", section=LAUNCH, metavar="KEY=VALUE", given=list,
+                                              help="Environment variable for every rank (repeatable).")
+    setup: tuple[str, ...] = option(
+        (), "--setup", section=LAUNCH, metavar="LINE", given=list,
+        help="Shell line run before launching, e.g. 'module load cuda' (repeatable).")
+    prep: bool = option(  # a CPU-only job prepares the data first (train.sft)
+        False, "--prep", section=LAUNCH, commands=SCRIPTS,
+        help="Prepare (tokenize) the data once in a CPU-only job first; training waits for it and never"
+             " tokenizes (train.sft).")
+    master_port: Optional[int] = option(None, "--master-port", section=LAUNCH,
+                                        help="Rendezvous port [default: derived from the job id].")
+    master_addr_ip: bool = option(
+        False, "--master-addr-ip", section=LAUNCH,
+        help="Give ranks rank 0's IPv4 address, not its host name (of the --nccl-socket-ifname interface if one"
+             " is named).")
+    port_range: tuple[int, int] = option(DEFAULT_PORT_RANGE, "--port-range", section=LAUNCH, given=str, sep="-",
+                                         help="Range for the derived port.")
+    nccl_debug: Optional[str] = option(None, "--nccl-debug", section=LAUNCH, metavar="LEVEL",
+                                       help="NCCL_DEBUG for every rank (WARN, INFO, ...).")
+    nccl_socket_ifname: Optional[str] = option(
+        None, "--nccl-socket-ifname", section=LAUNCH, metavar="IFACES",
+        help="Network interfaces for NCCL and gloo in NCCL's terms: ib (prefixes; gloo gets the node's matching"
+             " interface), =ib0 (exact), ^docker,lo (avoid; NCCL only).")
+    hf_home: Optional[str] = option(None, "--hf-home", section=LAUNCH, metavar="DIR",
+                                    help="Shared Hugging Face cache that every node reads (HF_HOME).")
+    offline: bool = option(
+        False, "--offline", section=LAUNCH,
+        help="Compute nodes never touch the hub: models and data are fetched into --hf-home now, on this node.")
+    rank_hooks: bool = option(  # train/rank_hooks on the ranks' PYTHONPATH (user code only)
+        True, "--rank-hooks/--no-rank-hooks", section=LAUNCH,
+        help="Your own --script or --module gets what the train.* entry points have: a beat at every optimizer"
+             " step (hang watch, retries), stacks on a hang; a Hugging Face Trainer also progress.jsonl and a"
+             " checkpoint at the time-limit warning.")
+    launcher_args: tuple[str, ...] = option(  # added to torchrun or accelerate
+        (), "--launcher-arg", section=LAUNCH, metavar="ARG", commands=SCRIPTS,
+        help="Added to torchrun or accelerate, e.g. --launcher-arg=--tee=3 (repeatable).")
+    srun_args: tuple[str, ...] = option(  # added to every training step
+        (), "--srun-arg", section=LAUNCH, metavar="ARG",
+        help="Added to every training srun, e.g. --srun-arg=--cpu-bind=cores (repeatable).")
+    train_args: tuple[str, ...] = ()       # after --
+    # Fault tolerance
+    grace: int = option(180, "--grace", section=FAULTS,
+                        help="Seconds before the time limit at which ranks checkpoint and the job requeues.")
+    max_restarts: int = option(3, "--max-restarts", section=FAULTS,
+                               help="How often a job stopped at its time limit is requeued.")
+    max_failures: int = option(
+        2, "--max-failures", section=FAULTS,
+        help="How often a job that hung or crashed is retried from its newest checkpoint; a node blamed twice (or"
+             " marked down) is excluded.")
+    spares: int = option(  # idle nodes in the allocation that replace a lost one (render)
+        0, "--spares", section=FAULTS, metavar="N", commands=WITH_FIT,
+        help="Idle nodes kept in the allocation: one replaces a node that is lost or blamed, and training resumes"
+             " from the newest checkpoint without a requeue (rendered scripts).")
+    hang_timeout: int = option(  # 0: no hang watch
+        300, "--hang-timeout", section=FAULTS, metavar="SECONDS",
+        help="Seconds without a step on some rank before the job counts as hung: the stacks of every rank go to"
+             " hang-report-JOBID.txt and the job is retried (0: off).")
+    save_timeout: Optional[int] = option(  # None: from the saves measured in the run (train.saves)
+        None, "--save-timeout", section=FAULTS, metavar="SECONDS",
+        help="Seconds a checkpoint save may take before it counts as hung [default: three times the longest save"
+             " so far, at least 600].")
+    resume: str = option(  # "auto": a user's Trainer resumes by itself
+        "off", "--resume", section=FAULTS, choices=("auto", "off"),
+        help="auto: a Trainer in your own script resumes from the newest complete checkpoint in its output_dir,"
+             " as if it passed resume_from_checkpoint.")
+    preflight: bool = option(True, "--preflight/--no-preflight", section=FAULTS, commands=SCRIPTS,
+                             help="Compare every node's software before training.")
+    rdzv_timeout: int = option(300, "--rdzv-timeout", section=FAULTS, commands=SCRIPTS,
+                               help="Seconds to wait for every node to join.")
+    collective_timeout: int = option(600, "--collective-timeout", section=FAULTS,
+                                     help="Seconds a collective may hang before the job fails.")
+    slow_nodes: SlowNodes = SlowNodes()    # the network check and the straggler watch: its own options
+    # Sweeps and dependencies
+    sweep: tuple = option(  # ((KEY, (V1, V2, ...)), ...): slurmgen.plan.sweep
+        (), "--sweep", section=SWEEPS, metavar="KEY=V1,V2", given=list,
+        help="Run once per value of training argument --KEY (repeatable: every combination); each run writes to"
+             " --output_dir/NAME.")
+    sweep_mode: str = option(
+        "product", "--sweep-mode", section=SWEEPS, choices=SWEEP_MODES,
+        help="product: every combination of the --sweep values; zip: the first values together, then the second...")
+    max_parallel: Optional[int] = option(None, "--max-parallel", section=SWEEPS, metavar="N",
+                                         help="Runs of a sweep at once [default: all].")
+    after: tuple = option(  # ((JOB, afterok|afterany), ...)
+        (), "--after", section=SWEEPS, metavar="JOB[:ok|any]", given=list,
+        help="Start after job JOB succeeded (ok, the default) or ended (any) (repeatable).")
+    # Site and containers
+    container_image: Optional[str] = option(None, "--container-image", section=SITE,
+                                            help="pyxis/enroot image for every step.")
+    container_runtime: str = "pyxis"       # or apptainer/singularity (--container RUNTIME:IMAGE)
+    container_mounts: Optional[str] = option(None, "--container-mounts", section=SITE,
+                                             help="pyxis/enroot mounts, SRC:DST[,SRC:DST...].")
+    slurm_version: Optional[str] = option(  # X.Y; None: the installed sbatch's
+        None, "--slurm-version", section=SITE, metavar="X.Y",
+        help="Slurm release the job is for, e.g. 25.11 [default: that of the sbatch installed here].")
+    sbatch: tuple[str, ...] = option(  # NAME or NAME=VALUE, sbatch long options
+        (), "--sbatch", section=SITE, metavar="NAME[=VALUE]",
+        help="Any other sbatch long option, without dashes: --sbatch overcommit (repeatable).")
+    # Output
+    job_name: str = option("slurmgen", "--job-name", "-J", section=OUTPUT, help="Slurm job name.")
+    log_dir: str = option(
+        "logs", "--log-dir", section=OUTPUT,
+        help="Directory for the job log; created now, since Slurm opens the log before the job starts.")
+    log_name: str = option(
+        DEFAULT_LOG_NAME, "--log-name", section=OUTPUT, metavar="PATTERN", commands=SCRIPTS,
+        help="Job log file name in --log-dir; Slurm's %x (job name), %j (job id), %N (node) ...")
+    error_log: bool = option(False, "--error-log", section=OUTPUT, commands=SCRIPTS,
+                             help="Write stderr to its own file beside the log (the log name with .err).")
+    mail_type: Optional[str] = option(None, "--mail-type", section=OUTPUT, metavar="TYPE[,TYPE]",
+                                      help="Mail on BEGIN, END, FAIL, ALL, ...")
+    mail_user: Optional[str] = option(None, "--mail-user", section=OUTPUT, metavar="ADDRESS",
+                                      help="Who gets the mail.")
 
     @property
     def prepared_data(self) -> Optional[str]:
@@ -149,161 +217,8 @@ class JobSpec:
         return parse_time(self.time) if self.time else None
 
     def validate(self) -> "JobSpec":
-        if not self.gpus:
-            raise SpecError("--nodes: at least one node is needed")
-        if self.launcher not in LAUNCHERS:
-            raise SpecError(f"--launcher {self.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
-        if self.launcher == "accelerate" and len(set(self.gpus)) > 1:
-            layout = ",".join(map(str, self.gpus))
-            raise SpecError(
-                f"--launcher accelerate cannot run the uneven layout {layout}: accelerate starts"
-                " num_processes // num_machines processes on every node; use --launcher torchrun"
-            )
-        if not printable_line(self.job_name):
-            raise SpecError(f"--job-name {self.job_name!r}: must be non-empty printable text on one line")
-        for option, value in (("--partition", self.partition), ("--account", self.account),
-                              ("--qos", self.qos), ("--exclude", self.exclude)):
-            _check_word(option, value)
-        _check_word("--constraint", self.constraint, _CONSTRAINT)
-        if self.gpu_mem is not None:
-            parse_sizes("--gpu-mem", self.gpu_mem, len(self.gpus))
-        if self.gpu_type and (len(self.gpu_type) not in (1, self.nodes)
-                              or not all(_GRES_TYPE.match(t) for t in self.gpu_type)):
-            raise SpecError(f"--gpu-type {','.join(self.gpu_type)!r}: give one GPU type (letters, digits, _ . -)"
-                            f" for all nodes, or one per node ({self.nodes})")
-        for host in self.nodelist:
-            _check_word("--nodelist", host)
-        if self.nodelist and len(self.nodelist) != self.nodes:
-            raise SpecError(
-                f"--nodelist {','.join(self.nodelist)!r}: names {len(self.nodelist)} nodes"
-                f" for --nodes {self.nodes}; give exactly one host per node"
-            )
-        if self.time is not None:
-            seconds = parse_time(self.time)
-            if seconds is not None and seconds <= self.grace:
-                raise SpecError(
-                    f"--time {self.time!r}: must be longer than the --grace period of {self.grace} s"
-                )
-        if self.cpus_per_gpu < 1:
-            raise SpecError(f"--cpus-per-gpu {self.cpus_per_gpu}: must be a positive integer")
-        self._validate_resources()
-        if self.master_port is not None and not 1024 <= self.master_port <= 65535:
-            raise SpecError(f"--master-port {self.master_port}: must be between 1024 and 65535")
-        if self.grace < 0:
-            raise SpecError(f"--grace {self.grace}: must be zero or more seconds")
-        if self.max_restarts < 0:
-            raise SpecError(f"--max-restarts {self.max_restarts}: must be zero or more")
-        if self.rdzv_timeout < 1:
-            raise SpecError(f"--rdzv-timeout {self.rdzv_timeout}: must be a positive number of seconds")
-        if self.collective_timeout < 1:
-            raise SpecError(
-                f"--collective-timeout {self.collective_timeout}: must be a positive number of seconds"
-            )
-        if self.hang_timeout < 0 or 0 < self.collective_timeout <= self.hang_timeout:
-            raise SpecError(
-                f"--hang-timeout {self.hang_timeout}: must be 0 (off) or fewer seconds than"
-                f" --collective-timeout {self.collective_timeout}, which would end a hang first"
-            )
-        if self.save_timeout is not None and self.save_timeout < 1:
-            raise SpecError(f"--save-timeout {self.save_timeout}: must be a positive number of seconds")
-        if self.max_failures < 0:
-            raise SpecError(f"--max-failures {self.max_failures}: must be zero or more")
-        if self.spares < 0 or (self.spares and len(set(self.gpu_types)) > 1):
-            raise SpecError(f"--spares {self.spares}: " + ("must be zero or more" if self.spares < 0 else
-                            "a spare stands in for any node, so the nodes must share one --gpu-type"))
-        self.slow_nodes.validate()
-        if self.sweep:  # the runs themselves: --output_dir given, not too many
-            sweep.expand(self.sweep, self.sweep_mode, self.train_args)
-        if self.prep and (self.exec or self.script or self.module != PREP_MODULE):
-            raise SpecError(f"--prep: only --module {PREP_MODULE} prepares its data in a job of its own"
-                            " (SLURMGEN_PREPARE_ONLY)")
-        if self.prep and not self.prepared_data:
-            raise SpecError("--prep: give the training argument --output_dir DIR; the prepared data goes to"
-                            " DIR/prepared-data")
-        if self.max_parallel is not None and (self.max_parallel < 1 or not self.sweep):
-            raise SpecError(f"--max-parallel {self.max_parallel}: "
-                            + ("must be a positive integer" if self.sweep else "only with --sweep"))
-        self._validate_target()
-        if self.resume not in ("auto", "off"):
-            raise SpecError(f"--resume {self.resume!r}: choose auto or off")
-        if self.resume == "auto" and not self.rank_hooks:
-            raise SpecError("--resume auto: the rank hooks resume your Trainer; drop --no-rank-hooks")
-        if self.nccl_debug is not None and self.nccl_debug.upper() not in NCCL_DEBUG_LEVELS:
-            raise SpecError(f"--nccl-debug {self.nccl_debug!r}: choose one of {', '.join(NCCL_DEBUG_LEVELS)}")
-        _check_word("--nccl-socket-ifname", self.nccl_socket_ifname, _IFNAME)
-        for option, value in (("--hf-home", self.hf_home), ("--container-image", self.container_image),
-                              ("--container-mounts", self.container_mounts)):
-            if value is not None:
-                _check_no_newline(option, value)
-        for line in self.setup:
-            _check_no_newline("--setup", line)
-        if not printable_line(self.log_dir):
-            raise SpecError(f"--log-dir {self.log_dir!r}: must be printable text on one line")
-        _check_no_newline("--python", self.python)
-        self._validate_logs()
-        if self.slurm_version is not None and not re.match(r"\d{2}\.\d{2}\Z", self.slurm_version):
-            raise SpecError(f"--slurm-version {self.slurm_version!r}: expected a release such as 22.05,"
-                            " 24.11 or 25.11")
-        passthrough.validate(self.sbatch, self.srun_args, self.launcher, self.launcher_args,
-                             self.slurm_version)  # the escape hatches' own rules
+        spec_rules.check(self)
         return self
-
-    def _validate_resources(self) -> None:
-        """Memory, CPUs and placement beyond the layout."""
-        given = [(o, v) for o, v in (("--mem", self.mem), ("--mem-per-gpu", self.mem_per_gpu),
-                                     ("--mem-per-cpu", self.mem_per_cpu)) if v is not None]
-        _refuse_both(given, "choose one way to ask for memory")
-        for option, value in given:
-            if not _MEM.match(value):
-                raise SpecError(f"{option} {value!r}: expected a size such as 64G, 512M or 0 (all)")
-            if option != "--mem" and int(value.rstrip("KMGT")) == 0:
-                raise SpecError(f"{option} {value!r}: must be more than zero")
-        if self.cpus_per_node is not None:
-            if self.cpus_per_node < 1:
-                raise SpecError(f"--cpus-per-node {self.cpus_per_node}: must be a positive integer")
-            if self.launcher == "srun":
-                raise SpecError(f"--cpus-per-node {self.cpus_per_node}: for the launchers with one"
-                                " agent per node (torchrun, accelerate); --launcher srun runs a task"
-                                " per GPU, use --cpus-per-gpu")
-        if self.hint is not None and self.hint not in HINTS:
-            raise SpecError(f"--hint {self.hint!r}: choose one of {', '.join(HINTS)}")
-        if self.threads_per_core is not None:
-            if self.threads_per_core < 1:
-                raise SpecError(f"--threads-per-core {self.threads_per_core}: must be a positive integer")
-            if self.hint is not None:
-                raise SpecError(f"--hint {self.hint!r} and --threads-per-core {self.threads_per_core}:"
-                                " Slurm takes only one of them")
-        _check_word("--reservation", self.reservation)
-        if self.mail_type is not None:
-            bad = [t for t in self.mail_type.split(",") if t.upper() not in MAIL_TYPES]
-            if bad or not self.mail_type:
-                raise SpecError(f"--mail-type {self.mail_type!r}: {bad[0] if bad else ''!r} is not one of"
-                                f" {', '.join(MAIL_TYPES)} (several: comma-separated)")
-        if self.mail_user is not None and not _MAIL_USER.match(self.mail_user):
-            raise SpecError(f"--mail-user {self.mail_user!r}: expected a user name or an address")
-
-    def _validate_logs(self) -> None:
-        name = self.log_name
-        if not printable_line(name) or "/" in name or name in (".", ".."):
-            raise SpecError(f"--log-name {name!r}: a file name (no /) on one line; the directory"
-                            " is --log-dir")
-        stray = _LOG_NAME_PART.sub("", name)
-        if "%" in stray:
-            raise SpecError(f"--log-name {name!r}: unknown % pattern; Slurm's are %j (job id), %x"
-                            " (job name), %N (first node), %u (user), %A %a %J %n %s %t %b, %% for %")
-
-    def _validate_target(self) -> None:
-        chosen = [(o, v) for o, v in (("--module", self.module if self.module != DEFAULT_MODULE else None),
-                                      ("--script", self.script), ("--exec", self.exec)) if v]
-        _refuse_both(chosen, "choose one")
-        if self.exec is not None:
-            if not printable_line(self.exec) or self.exec.startswith("-"):
-                raise SpecError(f"--exec {self.exec!r}: a program name or path on one line")
-        elif self.script is not None:
-            if not os.path.isfile(self.script):
-                raise SpecError(f"--script {self.script!r}: no such file")
-        elif not self.module or not _MODULE.match(self.module):
-            raise SpecError(f"--module {self.module!r}: not a Python module name such as train.sft")
 
     @property
     def target(self) -> tuple[str, str]:
@@ -337,8 +252,3 @@ class JobSpec:
         """The stderr file beside the log (--error-log): its name with .err for .out."""
         stem = self.log_name[:-4] if self.log_name.endswith(".out") else self.log_name
         return stem + ".err"
-
-
-PREP_MODULE = "train.sft"
-
-

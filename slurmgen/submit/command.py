@@ -4,9 +4,11 @@
         [--detach] [--local] -- TRAINING ARGUMENTS
     python -m slurmgen.submit --attach JOB_ID [--folder DIR]    # follow a detached job
 
-Job options are the very ones of `slurmgen render` (slurmgen.options), refused with the same
-one-line messages. Progress (step, loss, throughput) is read from rank 0's progress.jsonl in
-the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input, 130 Ctrl-C.
+Job options are those of `slurmgen render` (slurmgen.options) that the submit path uses, refused
+with the same one-line messages; what only a rendered script does (a launcher, spares, the network
+check, ...) it does not offer. Progress (step, loss, throughput) is read from rank 0's
+progress.jsonl in the training --output_dir. Exit status: 0 done, 1 the job failed, 2 bad input,
+130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import cloup
 
 from slurmgen.errors import INTERRUPTED, OneLineCommand, fail
 from slurmgen.options import job_options, spec_from_options
+from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
 
@@ -196,9 +199,7 @@ def interrupted(sub) -> int:
     return INTERRUPTED
 
 
-@click.command("submit", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]},
-               short_help="Submit the job from Python (submitit) and follow it to its end.")
-@cloup.option_group(
+SUBMIT_OPTIONS = cloup.option_group(
     "Submit",
     click.option("--folder", default=None, type=click.Path(file_okay=False),
                  help="submitit folder: job pickles and per-task logs  [default: LOG_DIR/submitit]"),
@@ -209,7 +210,12 @@ def interrupted(sub) -> int:
                  help="Follow a job submitted earlier (e.g. with --detach) to its end, as if just "
                       "submitted; takes no job options, only --folder or --log-dir to find it."),
     click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls."))
-@job_options
+
+
+@click.command("submit", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]},
+               short_help="Submit the job from Python (submitit) and follow it to its end.")
+@SUBMIT_OPTIONS
+@job_options(SUBMIT)
 def submit_command(folder, detach, local, attach_to, interval, **params):
     """\b
     Example: slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --output_dir run --max_steps 100
@@ -226,7 +232,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         sys.exit(follow_earlier(attach_to, folder, params, detach or local, interval))
     try:
         spec = spec_from_options(params)
-        check_submittable(spec)
+        check_submittable(spec, click.get_current_context().command_path)  # as typed: slurmgen submit, python -m ...
     except SpecError as err:
         fail(str(err))
     if local and (spec.after or spec.sweep):
@@ -274,13 +280,19 @@ def submit_sweep_and_follow(spec, folder, interval: float, detach: bool) -> int:
 SUBMIT_ONLY = ("folder", "detach", "local", "interval")
 
 
+def _every_option_command() -> click.Command:
+    """submit's own options and every job option of render: spec_from_args takes a render command
+    line too, and refuses what the submit path cannot do (check_submittable) in one line."""
+    return click.command("submit", cls=OneLineCommand)(SUBMIT_OPTIONS(job_options(RENDER)(lambda **_: None)))
+
+
 def spec_from_args(argv) -> "JobSpec":
     """The JobSpec `python -m slurmgen.submit ARGV` would submit, for scripts and notebooks:
     spec_from_args(["--nodes", "4", "--gpus", "1,1,2,2", "--", "--output_dir", "run"]).
     Raises SpecError (or click.UsageError for an unknown option)."""
     from slurmgen.submit.parameters import check_submittable
 
-    ctx = submit_command.make_context("python -m slurmgen.submit", list(argv))
+    ctx = _every_option_command().make_context("python -m slurmgen.submit", list(argv))
     spec = spec_from_options({k: v for k, v in ctx.params.items() if k not in SUBMIT_ONLY})
     check_submittable(spec)
     return spec

@@ -22,30 +22,32 @@ from slurmgen.submit.task import TrainTask, output_dir_arg
 NO_LIMIT_MINUTES = 365 * 24 * 60
 
 
-def check_submittable(spec: JobSpec) -> None:
-    """What `render` accepts but submit cannot do. Raises SpecError (one line)."""
+def check_submittable(spec: JobSpec, command: str = "python -m slurmgen.submit") -> None:
+    """What `render` accepts but submit cannot do. Raises SpecError (one line) naming ``command``,
+    the submit command as the user typed it. The command line does not offer most of these options;
+    a spec from spec_from_args or from Python may hold them all."""
     if len(set(spec.gpu_types)) > 1:
-        raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: python -m slurmgen.submit asks for one kind of"
+        raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: {command} asks for one kind of"
                         " GPU (one job, one task per GPU); give one type, or use slurmgen render (a het job)")
     if spec.launcher == "accelerate":
-        raise SpecError("--launcher accelerate: python -m slurmgen.submit starts one task per GPU"
+        raise SpecError(f"--launcher accelerate: {command} starts one task per GPU"
                         " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
     if spec.launcher_args:
-        raise SpecError(f"--launcher-arg {spec.launcher_args[0]!r}: python -m slurmgen.submit starts"
+        raise SpecError(f"--launcher-arg {spec.launcher_args[0]!r}: {command} starts"
                         " no launcher (one task per GPU); use --srun-arg for srun's own options")
     if spec.cpus_per_node is not None:
-        raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: python -m slurmgen.submit starts one"
+        raise SpecError(f"--cpus-per-node {spec.cpus_per_node}: {command} starts one"
                         " task per GPU; use --cpus-per-gpu")
     if spec.spares:
-        raise SpecError(f"--spares {spec.spares}: python -m slurmgen.submit keeps no spare nodes (its retries"
+        raise SpecError(f"--spares {spec.spares}: {command} keeps no spare nodes (its retries"
                         " submit again); use slurmgen render")
     if spec.slow_nodes.straggler_action != "warn":
-        raise SpecError(f"--straggler-action {spec.slow_nodes.straggler_action}: python -m slurmgen.submit watches for"
+        raise SpecError(f"--straggler-action {spec.slow_nodes.straggler_action}: {command} watches for"
                         " hangs, not stragglers, and runs no network check; use slurmgen render")
     if spec.prep:
-        raise SpecError("--prep: not on python -m slurmgen.submit yet; use slurmgen render")
+        raise SpecError(f"--prep: not on {command} yet; use slurmgen render")
     if spec.log_name != DEFAULT_LOG_NAME:
-        raise SpecError(f"--log-name {spec.log_name!r}: python -m slurmgen.submit writes submitit's"
+        raise SpecError(f"--log-name {spec.log_name!r}: {command} writes submitit's"
                         " logs (FOLDER/JOBID_TASK_log.out and .err); choose the folder with --folder")
 
 
