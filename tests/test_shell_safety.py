@@ -9,7 +9,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,10 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmgen import __version__
+from slurmgen.job import prepare
 from slurmgen.job.runtime import RUNTIME as RUNTIME_SH
 from slurmgen.plan.layout import materialize
-from slurmgen.script.render import render, shell_quote
+from slurmgen.plan.runtime import runtime_spec
 from slurmgen.plan.spec import JobSpec
+from slurmgen.runtime_spec import FORMAT as RUNTIME_FORMAT
+from slurmgen.runtime_spec import RuntimeSpec
+from slurmgen.script.render import render, shell_quote
 
 EXAMPLES = int(os.environ.get("SLURMGEN_FUZZ_EXAMPLES", "2000"))
 LINT_BATCH = 250
@@ -43,22 +47,20 @@ SCONTROL = """#!/bin/bash
 # The job's Python (--python, default python3) starts torchrun as `python3 -m torch.distributed.run`.
 # The job runtime (`-m slurmgen.job`, tested in test_job_runtime.py and end to end) is stood in
 # for by what it does with a component: its launch function, in a bash that read launch.sh
-# (slurmgen/job/steps.py), once; a Python per example would triple this test's time. The path of
-# the runtime's shell part is answered without a Python too; other runs of slurmgen are not followed.
+# (slurmgen/job/steps.py), once; a Python per example would triple this test's time. The runtime's
+# format and path are answered without a Python too, and prepare's assignments (the job's folder, its
+# variables) are the real function's, computed in this process; other runs of slurmgen are not followed.
 PYTHON = f"""#!/bin/bash
+[[ $1 == -m && $2 == slurmgen.job.prepare ]] && exec cat "$SHIM_DIR/settings"
 if [[ $1 == -m && $2 == slurmgen.job ]]; then
-    shift 2
-    while (( $# )); do
-        case $1 in
-            --logs|--job) declare "${{1#--}}=$2"; shift 2 ;;
-            --component) launch+=("$5"); shift 5 ;;
-            *) shift ;;
-        esac
+    launch="$(dirname "$SLURMGEN_STOP_FILE")/launch.sh"  # the job's folder, where prepare made it
+    for f in $(bash -c 'source "$0" && compgen -A function component_' "$launch"); do
+        bash -c 'source "$0" && "$@"' "$launch" "$f" || exit
     done
-    for f in "${{launch[@]}}"; do bash -c 'source "$0" && "$@"' "$logs/.slurmgen-$job/launch.sh" "$f" || exit; done
     exit 0
 fi
-[[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec echo {RUNTIME_SH}
+[[ $1 == -c ]] && exit 0
+[[ $1 == -m && $2 == slurmgen.job.runtime ]] && exec echo {RUNTIME_FORMAT} {__version__} {RUNTIME_SH}
 [[ $1 == -m && $2 == slurmgen.* ]] && exit 0
 printf '%s\\0' "$@" > "$SHIM_DIR/argv"
 printf '%s\\0' "$FUZZ_VALUE" > "$SHIM_DIR/env"
@@ -156,7 +158,8 @@ def check_example(shim_dir, job_name, env_value, setup_arg, dir_name, train_args
             sbatch=(f"comment={passed}",), srun_args=(f"--comment={passed}",),
             launcher_args=(f"--role={passed}",),
         ).validate()
-        text = render(materialize(spec), command=shlex.join(["slurmgen", "render", "--job-name", job_name]))
+        plan = materialize(spec)
+        text = render(plan, command=shlex.join(["slurmgen", "render", "--job-name", job_name]))
         job = root / "job.sh"
         job.write_text(text)
         log_dir.mkdir()
@@ -164,6 +167,8 @@ def check_example(shim_dir, job_name, env_value, setup_arg, dir_name, train_args
         env = dict(os.environ, PATH=f"{shim_dir}:{os.environ['PATH']}", SHIM_DIR=str(root),
                    SLURM_JOB_ID="42", SLURM_JOB_NODELIST="node1", SLURMGEN_POLL_SECONDS="0.02")
         env.pop("FUZZ_VALUE", None)
+        runtime = RuntimeSpec.from_json(runtime_spec(plan, "").to_json())
+        (root / "settings").write_text(prepare.settings(runtime, env))
         run = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=30)
         assert run.returncode == 0, run.stderr
         argv = (root / "argv").read_bytes().split(b"\0")[:-1]
@@ -178,5 +183,5 @@ def check_example(shim_dir, job_name, env_value, setup_arg, dir_name, train_args
         assert sbatch_value(text, "error") == str(log_dir).replace("%", "%%") + "/" + spec.error_name
         assert sbatch_value(text, "comment") == passed
         assert sorted(p.name for p in root.iterdir()) == sorted(
-            ["argv", "env", "job.sh", log_dir.name, script_path.name, "setup.out", "srun_argv"])
+            ["argv", "env", "job.sh", log_dir.name, script_path.name, "settings", "setup.out", "srun_argv"])
         return text
