@@ -15,8 +15,8 @@ import click
 import cloup
 
 from slurmgen.plan import sweep
-from slurmgen.plan.option_fields import (EVERY, LAUNCH, LAYOUT, RENDER, SECTIONS, SITE, JobOption, declared,
-                                         nested, option)
+from slurmgen.plan.option_fields import (CHECK, EVERY, FIT, LAUNCH, LAYOUT, RENDER, SECTIONS, SITE, SUBMIT, JobOption,
+                                         declared, nested, option)
 from slurmgen.plan.spec import CONTAINER_RUNTIMES, JobSpec
 from slurmgen.plan.words import SpecError, parse_env, parse_gpus, parse_port_range
 from slurmgen.site import auto_request
@@ -93,6 +93,14 @@ ENTRIES = entries()
 def option_names(command: str = RENDER) -> list[str]:
     """Parameter names of the job options `command` shows (as click passes them)."""
     return [e.option.name for e in ENTRIES if command in e.option.commands]
+
+
+def shown_by(flag: str) -> list[str]:
+    """The commands that show this job option (none: no job option is spelled so)."""
+    for entry in ENTRIES:
+        if flag in (f for spelled in entry.option.flags for f in spelled.split("/")):
+            return [c for c in (RENDER, CHECK, FIT, SUBMIT) if c in entry.option.commands]
+    return []
 
 
 def _click_option(entry: Entry):

@@ -19,7 +19,7 @@ def render_args(monkeypatch):
 
     def run(*args):
         monkeypatch.setattr(sys, "argv", ["slurmgen", *args])
-        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        return CliRunner().invoke(cli, list(args), prog_name="slurmgen", catch_exceptions=False)
 
     return run
 

@@ -164,3 +164,18 @@ def test_sbatch_options_are_those_of_the_installed_release(release, option, mess
         assert f"#SBATCH --{option}\n" in result.stdout
     else:
         assert (result.exit_code, result.stderr) == (2, f"slurmgen: error: {message}\n")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["submit", "--spares", "1"], "--spares is not an option of slurmgen submit; slurmgen render, check and fit take it"),
+    (["fit", "--mail-user", "me@site"],
+     "--mail-user is not an option of slurmgen fit; slurmgen render, check and submit take it"),
+    (["submit", "--no-preflight"], "--no-preflight is not an option of slurmgen submit; slurmgen render and check take it"),
+    (["render", "--bogus", "1"], "No such option '--bogus'. (Did you mean one of: '--gpus', '--qos'?)"),
+])
+def test_an_option_of_another_command_says_which_commands_take_it(args, message, render_args, tmp_path, monkeypatch):
+    """Not click's guess from the command's own options (submit --spares: "Did you mean '--resume'?")."""
+    monkeypatch.chdir(tmp_path)
+    result = render_args(*args)
+    assert (result.exit_code, result.stderr, result.stdout) == (2, f"slurmgen: error: {message}\n", "")
+    assert os.listdir(tmp_path) == []

@@ -137,6 +137,9 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         if not failed or local:
             return code
         hung = watch is not None and watch.hung
+        if failed[0].state == "CANCELLED" and not (hung or sub.cancelled_here):  # a user's scancel: final
+            click.echo(f"slurmgen: job {sub.job_id} was cancelled (scancel): not submitting it again", err=True)
+            return code
         host = watch.suspect if hung else sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
         progress = sub.status().progress  # a rank that beat (a hang) or logged a step since this submission trained
         trained = hung or bool(progress and float(progress.get("time", 0)) >= sub.submitted_at)

@@ -56,6 +56,7 @@ class Submission:
         self.output_dir = output_dir
         self.local = local
         self._error_seen: Optional[float] = None
+        self.cancelled_here = False  # by cancel(): fail-fast, the hang watch, Ctrl-C; not a user's scancel
 
     def __repr__(self) -> str:
         return f"Submission(job_id={self.job_id!r}, folder={str(self.folder)!r})"
@@ -205,6 +206,7 @@ class Submission:
         return metrics
 
     def cancel(self) -> None:
+        self.cancelled_here = True
         if self.local:
             self._job.cancel()
         else:

@@ -111,6 +111,14 @@ def cancelled_file(folder, job_id: str) -> Path:
     return JobFiles.of(folder, job_id).cancelled
 
 
+def cancelled_by_slurm(job: str) -> bool:
+    """Whether Slurm says the job is CANCELLED: scancel, the user's (or an administrator's) final
+    word, whose TERM the ranks take as a preemption's. Slurm says it before any TERM arrives."""
+    from slurmgen.job.slurm import job_info
+
+    return bool(job) and job_info(job).cancelled
+
+
 def job_id_of(env) -> str:
     return env.get("SLURM_JOB_ID") or env.get(LOCAL_ENV["job_id"]) or str(os.getpid())
 
@@ -156,6 +164,10 @@ class _StopOnSignal:
         if self.cancelled is not None and self.cancelled.exists():
             _one_line_excepthook()
             raise TrainingFailed("the job was cancelled after a hang; not requeueing it")
+        if cancelled_by_slurm(os.environ.get("SLURM_JOB_ID", "")):
+            print(f"{START_MARK} the job was cancelled (scancel): stopped, not requeueing it",
+                  file=sys.stderr, flush=True)
+            return
         self.submitit_handler(signum, None)
 
     def finish(self, result) -> None:
