@@ -36,8 +36,8 @@ JobId = Union[int, str]
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/\-]*)=")
 
 
-def _run(args: List[str], timeout: float = 30, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+def _run(args: List[str], timeout: float = 30, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 def parse_kv(line: str) -> Dict[str, str]:
@@ -89,12 +89,13 @@ def cluster_available() -> Tuple[bool, str]:
     return True, f"{len(nodes)} nodes: " + ", ".join(f"{n}={s}" for n, s in sorted(nodes.items()))
 
 
-def submit(script_path: Union[str, Path], *sbatch_args: str, cwd=None) -> str:
-    """``sbatch --parsable [ARGS] SCRIPT``; returns the job id (text, e.g. "42").
+def submit(script_path: Union[str, Path], *sbatch_args: str, cwd=None, env=None) -> str:
+    """``sbatch --parsable [ARGS] SCRIPT`` (from a shell with env, where given: sbatch exports it to the
+    job); returns the job id (text, e.g. "42").
 
     Raises RuntimeError with sbatch's message when the submission is refused."""
     cmd = ["sbatch", "--parsable", *map(str, sbatch_args), str(script_path)]
-    proc = _run(cmd, timeout=60, cwd=cwd)
+    proc = _run(cmd, timeout=60, cwd=cwd, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
     first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -276,3 +277,18 @@ def drain(node: str, reason: str = "slurmgen-test", timeout: float = 60) -> None
     _run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=30)
     while state() != "drained" and time.monotonic() < deadline:
         time.sleep(0.5)
+
+
+def release(job_id: JobId) -> None:
+    """``scontrol release JOB``: a job submitted with --hold may start."""
+    _run(["scontrol", "release", str(job_id)], timeout=30)
+
+
+def drain_now(node: str, reason: str) -> None:
+    """Drain a node that runs jobs (DRAINING: they run to their end; only later jobs are kept off)."""
+    _run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=30)
+
+
+def resume_node(node: str) -> None:
+    """Back in service after a drain."""
+    _run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30)

@@ -74,9 +74,10 @@ class JobRun:
                       if p.stat().st_mtime >= started)
 
 
-def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True, submit_dir=REPO):
+def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True, submit_dir=REPO, env=None,
+                      hold=False):
     """`slurmgen render ARGS -- TRAIN_ARGS`, `sbatch --parsable` in submit_dir (where the job
-    starts), poll until the job ends."""
+    starts; from a shell with env, where given; held, with hold), poll until the job ends."""
     script = workdir / "job.sh"
     # One CPU per GPU: the local cluster's nodes share this machine's two cores, and with two
     # OpenMP threads per rank (the script's OMP_NUM_THREADS, from --cpus-per-gpu) six ranks spun
@@ -85,7 +86,7 @@ def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True
            "--cpus-per-gpu", "1", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args,
            "--", *train_args]
     subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
-    job_id = slurm_helpers.submit(script, cwd=submit_dir)
+    job_id = slurm_helpers.submit(script, *(["--hold"] if hold else []), cwd=submit_dir, env=env)
     if not wait:
         return job_id
     info = slurm_helpers.wait_job(job_id, timeout)
