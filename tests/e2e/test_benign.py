@@ -158,7 +158,12 @@ def test_a_term_at_a_preemption_reaches_a_rank_busy_in_c_and_a_drained_node_and_
             time.sleep(0.3)
         slurm_helpers.drain_now("node3", "reboot for a kernel update")
         subprocess.run(["scancel", "--signal=TERM", "--full", job_id], check=True)  # the batch shell and every rank
-        info = wait_with_nudges(job_id, timeout=400)
+        deadline = time.monotonic() + 240
+        while slurm_helpers.job_info(job_id)["Restarts"] == "0":  # requeued: it waits for node3's reboot
+            assert time.monotonic() < deadline, job_log(tmp_path, job_id)[-4000:]
+            time.sleep(0.5)
+        slurm_helpers.resume_node("node3")  # rebooted
+        info = wait_with_nudges(job_id, timeout=300)
     finally:
         slurm_helpers.resume_node("node3")
         slurm_helpers.cancel(job_id)
