@@ -70,3 +70,25 @@ def test_a_node_is_lost_when_down_or_not_answering_never_for_a_drain():
     for state in ("MIXED+DRAIN+REBOOT_REQUESTED", "ALLOCATED+DRAIN", "IDLE+DRAIN", "MIXED", "ALLOCATED+COMPLETING",
                   "MIXED+REBOOT_REQUESTED", "ALLOCATED+PLANNED"):
         assert not is_lost(state), state
+
+
+@pytest.mark.parametrize("fields,cancelled", [
+    ({"JobState": "CANCELLED"}, True),
+    # scancel'd, its processes still ending: COMPLETING, ended before its limit
+    ({"JobState": "COMPLETING", "StartTime": "2026-12-06T05:20:17", "EndTime": "2026-12-06T05:20:27",
+      "TimeLimit": "00:10:00", "PreemptTime": "None"}, True),
+    ({"JobState": "COMPLETING", "StartTime": "2026-12-06T05:20:36", "EndTime": "2026-12-06T05:20:38",
+      "TimeLimit": "UNLIMITED", "PreemptTime": "None"}, True),
+    # at its time limit, preempted, still running, or nothing to tell by: not a cancel
+    ({"JobState": "COMPLETING", "StartTime": "2026-12-06T05:20:17", "EndTime": "2026-12-06T05:30:17",
+      "TimeLimit": "00:10:00", "PreemptTime": "None"}, False),
+    ({"JobState": "COMPLETING", "StartTime": "2026-12-06T05:20:17", "EndTime": "2026-12-06T05:20:27",
+      "TimeLimit": "1-00:00:00", "PreemptTime": "2026-12-06T05:20:27"}, False),
+    ({"JobState": "RUNNING", "StartTime": "2026-12-06T05:20:17", "EndTime": "Unknown",
+      "TimeLimit": "UNLIMITED", "PreemptTime": "None"}, False),
+    ({"JobState": "COMPLETING", "StartTime": "Unknown", "EndTime": "Unknown", "TimeLimit": "UNLIMITED"}, False),
+])
+def test_a_cancel_is_told_while_the_job_is_still_completing(fields, cancelled):
+    """scontrol shows a cancelled job COMPLETING until its last process ends (seen on 22.05: only
+    JobState and EndTime change at scancel), which is when the runtime and the tasks ask."""
+    assert slurm.was_cancelled(fields) is cancelled

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 from slurmgen.site import cluster
 
@@ -51,8 +52,45 @@ def job_info(job: str) -> JobInfo:
     # 25.11 leaves StdErr empty when it is the same file as StdOut (22.05 repeats it)
     log = records[0].get("StdErr") or records[0].get("StdOut", "")
     preempted = records[0].get("PreemptTime", "")[:1].isdigit()  # a date once Slurm preempts it
-    cancelled = records[0].get("JobState", "").startswith("CANCELLED")
+    cancelled = was_cancelled(records[0])
     return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted, cancelled)
+
+
+def was_cancelled(record: dict) -> bool:
+    """Whether the job was cancelled (scancel). Until its last process ends Slurm says COMPLETING,
+    which hides why it ends (22.05 to 25.11 alike); its EndTime then is the moment it was ended,
+    where a running job's is its time limit's end (or Unknown): ended before the limit, and not
+    preempted, it was cancelled."""
+    state = record.get("JobState", "")
+    if state.startswith("CANCELLED"):
+        return True
+    if state != "COMPLETING" or record.get("PreemptTime", "")[:1].isdigit():
+        return False
+    start, end = _moment(record.get("StartTime", "")), _moment(record.get("EndTime", ""))
+    if start is None or end is None:
+        return False
+    text = record.get("TimeLimit", "")
+    if text in ("UNLIMITED", "INFINITE"):
+        return True
+    limit = _limit_seconds(text)
+    return limit is not None and end < start + limit - 5  # a few seconds: Slurm's own rounding at the limit
+
+
+def _limit_seconds(text: str) -> Optional[float]:
+    """scontrol's TimeLimit ([D-]HH:MM:SS) in seconds; None for anything else."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in [*parts, *([days] if days else [])]) or len(parts) != 3:
+        return None
+    return int(days or 0) * 86400 + int(parts[0]) * 3600 + int(parts[1]) * 60 + int(parts[2])
+
+
+def _moment(text: str) -> Optional[float]:
+    """scontrol's local time (2026-12-06T05:20:38) as seconds, to compare with another; None if none."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def lost_nodes(names: list[str]) -> dict[str, str]:
