@@ -161,9 +161,11 @@ def test_export_sets_torch_variables():
                                 "MASTER_ADDR", "MASTER_PORT")} == {
         "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2",
         "MASTER_ADDR": "node1", "MASTER_PORT": "24345"}
-    # Reading back the exported variables gives the same placement.
+    # Reading back the exported variables gives the same placement; torch (and so Lightning) sees a
+    # torch launch, not Slurm's per-component variables.
     again = DistEnv.from_environ(env)
     assert (again.rank, again.local_rank, again.world_size, again.local_world_size) == (5, 1, 6, 2)
+    assert (env["GROUP_RANK"], env["TORCHELASTIC_RUN_ID"]) == ("3", "12345")
     assert d.rank == 5
 
 

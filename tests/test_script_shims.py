@@ -94,7 +94,7 @@ def test_srun_launcher_gives_every_task_torchruns_variables(render_args, tmp_pat
     record = tmp_path / "record.py"
     record.write_text("import json, os, sys\n"
                       "keys = ('RANK', 'LOCAL_RANK', 'GROUP_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',"
-                      " 'OMP_NUM_THREADS')\n"
+                      " 'OMP_NUM_THREADS', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RUN_ID')\n"
                       "with open(os.environ['SHIM_LOG'], 'a') as log:\n"
                       "    log.write(json.dumps({'tool': 'task', 'env': {k: os.environ.get(k) for k in keys}}) + '\\n')\n")
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2", "--launcher", "srun",
@@ -109,6 +109,9 @@ def test_srun_launcher_gives_every_task_torchruns_variables(render_args, tmp_pat
     assert rows == [("0", "0", "0", "6", "1"), ("1", "0", "1", "6", "1"), ("2", "0", "2", "6", "2"),
                     ("3", "1", "2", "6", "2"), ("4", "0", "3", "6", "2"), ("5", "1", "3", "6", "2")]
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in tasks} == {("node1", str(20000 + 1234 % 10000))}
+    # A torch launch as torch and Lightning recognise it (is_torchelastic_launched), with the job's node
+    # count: they take these variables, not the het component's own SLURM_NNODES and SLURM_PROCID.
+    assert {(e["GROUP_WORLD_SIZE"], e["TORCHELASTIC_RUN_ID"]) for e in tasks} == {("4", "1234")}
 
 
 def test_with_spares_a_part_of_a_component_on_a_spare_keeps_its_ranks(render_args, tmp_path):

@@ -159,7 +159,7 @@ class DistEnv:
 
     # ------------------------------------------------------------------ export
     def export(self, env: MutableMapping[str, str] | None = None) -> None:
-        """Write the variables torch.distributed (env://) and HF/accelerate read.
+        """Write the variables torch.distributed (env://), HF/accelerate and Lightning read.
 
         Under Slurm with one visible GPU per task, LOCAL_RANK is exported as 0: accelerate
         uses LOCAL_RANK as the CUDA ordinal (device and NCCL barrier device), and the only
@@ -174,9 +174,13 @@ class DistEnv:
             LOCAL_RANK=str(local),
             WORLD_SIZE=str(self.world_size),
             LOCAL_WORLD_SIZE=str(self.local_world_size),
+            GROUP_RANK=str(self.node_rank),
             MASTER_ADDR=self.master_addr,
             MASTER_PORT=str(self.master_port),
         )
+        # What torch's is_torchelastic_launched() reads: frameworks (Lightning) then take these
+        # variables rather than the Slurm ones, which a het component has of its own.
+        env.setdefault("TORCHELASTIC_RUN_ID", env.get("SLURM_JOB_ID") or "none")
 
     def describe(self) -> str:
         return (

@@ -74,6 +74,15 @@ def install() -> None:
         os.path.dirname(os.path.abspath(folder)), f"nccl-trace-{os.environ.get('SLURM_JOB_ID', '0')}-rank-"))
     # Appending: the watch empties the file before it asks, and each dump lands at its start.
     _stack_file = open(os.path.join(folder, f"stack-{rank()}"), "a")
+    rearm()
+
+
+def rearm() -> None:
+    """(Re)register the stack dump. A framework that saves and restores every signal handler Python
+    knows (Lightning, around each fit) sets this one back to SIG_DFL: faulthandler's handler is C's,
+    unseen by Python, and the hang watch's question would then end the rank."""
+    if _stack_file is None:
+        return
     try:
         faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
     except (ValueError, RuntimeError):  # not the main thread, or no such signal here

@@ -1,7 +1,7 @@
 """Read a user's training script without running it: the lines that would fail on every rank
 after the queue wait, each with its one-line fix.
 
-    python -m train.script_check SCRIPT [--cpu-only] [--resume-auto]
+    python -m train.script_check SCRIPT [--cpu-only] [--resume-auto] [--gpus 1,1,2,2] [--layout-only]
 
 Prints one finding per line, `SCRIPT:LINE: what: fix`, and exits 0 (none), 1 (some) or 2 (the
 script cannot be read or parsed). What it looks for:
@@ -12,9 +12,13 @@ script cannot be read or parsed). What it looks for:
     renames get their new name);
   * `device_map=` in from_pretrained: one model spread over every GPU of the node, in every rank;
   * `load_in_8bit=`/`load_in_4bit=` given to from_pretrained rather than in a quantization config;
-  * `init_process_group("nccl")` when the job's nodes have no GPU (--cpu-only).
+  * `init_process_group("nccl")` when the job's nodes have no GPU (--cpu-only);
+  * a Lightning Trainer without train.lightning's UnevenDDPStrategy when the job's nodes hold
+    different numbers of GPUs (--gpus, one count per node): Lightning stops every rank at start.
+--layout-only: the last alone (it imports nothing: what `slurmgen render --script` asks).
 Only the call's last name is matched (`trl.SFTTrainer(...)` and `SFTTrainer(...)` alike), so a
-class of the same name from elsewhere is read as these are; the script is never imported.
+class of the same name from elsewhere is read as these are, but a Trainer imported from Lightning
+is Lightning's; the script is never imported.
 """
 
 from __future__ import annotations
@@ -120,6 +124,45 @@ def nccl_findings(call: ast.Call) -> list[str]:
 
 
 NOTE = "note: "  # what does not fail, but loses work: a run that never resumes
+LIGHTNING = ("lightning", "pytorch_lightning")
+STRATEGY = "UnevenDDPStrategy"
+
+
+def lightning_trainers(tree: ast.AST) -> set[ast.Call]:
+    """The calls that build Lightning's Trainer: `Trainer(...)` where Trainer was imported from
+    Lightning, and `L.Trainer(...)`, `pl.Trainer(...)`, `lightning.pytorch.Trainer(...)`."""
+    modules, names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in LIGHTNING}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIGHTNING:
+            names |= {a.asname or a.name for a in node.names if a.name == "Trainer"}
+            modules |= {a.asname or a.name for a in node.names if a.name == "pytorch"}  # from lightning import pytorch
+
+    def root(expr: ast.expr) -> str:
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else ""
+
+    return {node for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+        (isinstance(node.func, ast.Name) and node.func.id in names)
+        or (isinstance(node.func, ast.Attribute) and node.func.attr == "Trainer" and root(node.func) in modules))}
+
+
+def lightning_findings(tree: ast.AST, trainers: set[ast.Call], gpus: tuple[int, ...]) -> list[tuple[int, str]]:
+    """On nodes of different widths, a Lightning Trainer needs train.lightning's strategy: Lightning
+    checks devices x num_nodes against the world size (every rank stops at start), and its sampler
+    would shard the data for that many ranks."""
+    named = {getattr(n, "id", None) or getattr(n, "attr", None) for n in ast.walk(tree)}
+    named |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    if len(set(gpus)) < 2 or STRATEGY in named:
+        return []
+    layout = ",".join(map(str, gpus))
+    return [(call.lineno, f"{ast.unparse(call.func)}(...): Lightning assumes the same number of devices on every"
+                          f" node, and these nodes have {layout} GPUs: every rank would stop at start (devices x"
+                          f" num_nodes is not the world size, {sum(gpus)}); pass strategy=UnevenDDPStrategy()"
+                          f" (from train.lightning import UnevenDDPStrategy)")
+            for call in sorted(trainers, key=lambda c: c.lineno)]
 
 
 def resume_findings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -135,13 +178,18 @@ def resume_findings(tree: ast.AST) -> list[tuple[int, str]]:
             and not any(k.arg in ("resume_from_checkpoint", None) for k in c.keywords)]
 
 
-def check(source: str, cpu_only: bool = False, resume_auto: bool = False) -> list[tuple[int, str]]:
+def check(source: str, cpu_only: bool = False, resume_auto: bool = False, gpus: tuple[int, ...] = (),
+          layout_only: bool = False) -> list[tuple[int, str]]:
     """(line, finding) for the source, in line order."""
     cache: dict = {}
     tree = ast.parse(source)
-    found = [] if resume_auto else resume_findings(tree)
+    ours = lightning_trainers(tree)
+    found = lightning_findings(tree, ours, gpus)
+    if layout_only:
+        return sorted(found)
+    found += [] if resume_auto else resume_findings(tree)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or node in ours:
             continue
         callee = callee_name(node)
         if callee in ("SFTTrainer", "SFTConfig", "Trainer", "TrainingArguments"):
@@ -153,17 +201,29 @@ def check(source: str, cpu_only: bool = False, resume_auto: bool = False) -> lis
     return sorted(found)
 
 
+USAGE = "usage: python -m train.script_check SCRIPT [--cpu-only] [--resume-auto] [--gpus 1,1,2,2] [--layout-only]"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags = {"--cpu-only", "--resume-auto"}
+    gpus: tuple[int, ...] = ()
+    if "--gpus" in argv:
+        at = argv.index("--gpus")
+        try:
+            gpus = tuple(int(n) for n in argv[at + 1].split(","))
+        except (IndexError, ValueError):
+            print(USAGE, file=sys.stderr)
+            return 2
+        del argv[at:at + 2]
+    flags = {"--cpu-only", "--resume-auto", "--layout-only"}
     paths = [a for a in argv if a not in flags]
     if len(paths) != 1:
-        print("usage: python -m train.script_check SCRIPT [--cpu-only] [--resume-auto]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     path = paths[0]
     try:
         with open(path, encoding="utf-8") as fh:
-            findings = check(fh.read(), "--cpu-only" in argv, "--resume-auto" in argv)
+            findings = check(fh.read(), "--cpu-only" in argv, "--resume-auto" in argv, gpus, "--layout-only" in argv)
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
         print(f"{path}: cannot read it as Python{where}: {exc.msg if isinstance(exc, SyntaxError) else exc}")

@@ -20,7 +20,8 @@ import time
 
 from train.collectives import active_group, collective_device
 
-from train.contract import FINISHED, OUTCOME_FILE_ENV, STOP_FILE_ENV, STOP_WAIT_ENV, STOPPED
+from train.contract import (FINISHED, HEARTBEAT_DIR_ENV, OUTCOME_FILE_ENV, STOP_FILE_ENV, STOP_WAIT_ENV,
+                            STOPPABLE_FILE, STOPPED)
 
 # Rank 0 writes "stopped STEP" or "finished STEP" to OUTCOME_FILE_ENV at the end, so the job runtime
 # does not requeue a run whose last step came before the warning could stop it.
@@ -129,3 +130,12 @@ def report_outcome(stopped_early: bool, step: int) -> None:
     with open(tmp, "w") as fh:
         fh.write(f"{STOPPED if stopped_early else FINISHED} {step}\n")
     os.replace(tmp, path)
+
+
+def mark_stoppable() -> None:
+    """Say that this run's code takes the stop file (a Trainer with slurmgen's callback): at a warning the
+    job runtime then waits for its checkpoint, rather than stopping the ranks after a short grace."""
+    folder = os.environ.get(HEARTBEAT_DIR_ENV)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, STOPPABLE_FILE), "a").close()

@@ -17,9 +17,6 @@ from train import checkpoint, collectives, contract, heartbeat, hf, outputs, scr
 from train.distenv import DistEnv
 
 RESUME_ENV = contract.RESUME_ENV  # "auto": resume from the newest complete checkpoint
-# STOPPABLE_FILE is made when a Trainer that takes the stop file starts training: at a warning the
-# job runtime then waits for its checkpoint, and otherwise stops the ranks after a short grace.
-from train.contract import STOPPABLE_FILE
 
 
 def after_trainer_import(module) -> None:
@@ -62,7 +59,7 @@ def _resuming(train):
             resume_from_checkpoint = _newest_complete(self.args.output_dir, callback.denv)
         elif auto and isinstance(resume_from_checkpoint, str):  # the run's own progress first, as train.sft
             resume_from_checkpoint = _newest_complete(self.args.output_dir, callback.denv) or resume_from_checkpoint
-        _mark_stoppable()
+        stop.mark_stoppable()
         result = train(self, resume_from_checkpoint, *args, **kwargs)
         stopped, step = callback.stopped_at is not None, self.state.global_step
         if stopped:
@@ -80,10 +77,3 @@ def _newest_complete(output_dir: str, denv: DistEnv) -> str | None:
     found = collectives.broadcast_object(None if found is None else str(found[1]))
     outputs.say(denv, f"resuming from {found}" if found else f"no complete checkpoint in {output_dir}: fresh start")
     return found
-
-
-def _mark_stoppable() -> None:
-    folder = os.environ.get(heartbeat.HEARTBEAT_DIR_ENV)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-        open(os.path.join(folder, STOPPABLE_FILE), "a").close()

@@ -45,17 +45,19 @@ export OMP_NUM_THREADS=4 SLURMGEN_WORLD_SIZE=6 SLURMGEN_COLLECTIVE_TIMEOUT=600 S
 # the rendezvous is known and preflight passed (a launch function is its srun, run in the background).
 TARGET=(-m train.ddp_loop)
 # Component 0: one task per GPU
-# (bash -c: each task gets torchrun's variables from its own SLURM_PROCID and SLURM_NODEID).
+# (bash -c: each task gets torchrun's variables, the job's ranks and not its het component's, from its
+# own SLURM_PROCID and SLURM_NODEID; with TORCHELASTIC_RUN_ID, Lightning and torch see a torch launch).
 component_0() {  # GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST: the job runtime's choice (--spares)
     SLURMGEN_FIRST_NODE=$3 SLURMGEN_FIRST_RANK=$4 exec srun --het-group="$1" --nodes="$2" --ntasks="$2" --nodelist="$5" --overlap --mem=0 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 \
-        bash -c 'export RANK=$(( SLURMGEN_FIRST_RANK + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_FIRST_NODE + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=1; exec "$@"' rank \
+        bash -c 'export RANK=$(( SLURMGEN_FIRST_RANK + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_FIRST_NODE + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=1 GROUP_WORLD_SIZE=4 TORCHELASTIC_RUN_ID=$SLURM_JOB_ID; exec "$@"' rank \
         python3 "${TARGET[@]}"
 }
 # Component 1: one task per GPU
-# (bash -c: each task gets torchrun's variables from its own SLURM_PROCID and SLURM_NODEID).
+# (bash -c: each task gets torchrun's variables, the job's ranks and not its het component's, from its
+# own SLURM_PROCID and SLURM_NODEID; with TORCHELASTIC_RUN_ID, Lightning and torch see a torch launch).
 component_1() {  # GROUP NODES FIRST_NODE_RANK FIRST_RANK NODELIST: the job runtime's choice (--spares)
     SLURMGEN_FIRST_NODE=$3 SLURMGEN_FIRST_RANK=$4 exec srun --het-group="$1" --nodes="$2" --ntasks="$(( $2 * 2 ))" --nodelist="$5" --overlap --mem=0 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
-        bash -c 'export RANK=$(( SLURMGEN_FIRST_RANK + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_FIRST_NODE + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=2; exec "$@"' rank \
+        bash -c 'export RANK=$(( SLURMGEN_FIRST_RANK + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( SLURMGEN_FIRST_NODE + SLURM_NODEID )) WORLD_SIZE=6 LOCAL_WORLD_SIZE=2 GROUP_WORLD_SIZE=4 TORCHELASTIC_RUN_ID=$SLURM_JOB_ID; exec "$@"' rank \
         python3 "${TARGET[@]}"
 }
 

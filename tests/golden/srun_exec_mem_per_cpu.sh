@@ -37,10 +37,11 @@ export OMP_NUM_THREADS=4 SLURMGEN_WORLD_SIZE=4 SLURMGEN_COLLECTIVE_TIMEOUT=600 S
 # the rendezvous is known and preflight passed (a launch function is its srun, run in the background).
 TARGET=(/opt/bin/train)
 # Component 0: one task per GPU
-# (bash -c: each task gets torchrun's variables from its own SLURM_PROCID and SLURM_NODEID).
+# (bash -c: each task gets torchrun's variables, the job's ranks and not its het component's, from its
+# own SLURM_PROCID and SLURM_NODEID; with TORCHELASTIC_RUN_ID, Lightning and torch see a torch launch).
 component_0() {
     exec srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
-        bash -c 'export RANK=$(( 0 + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( 0 + SLURM_NODEID )) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2; exec "$@"' rank \
+        bash -c 'export RANK=$(( 0 + SLURM_PROCID )) LOCAL_RANK=$SLURM_LOCALID GROUP_RANK=$(( 0 + SLURM_NODEID )) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=$SLURM_JOB_ID; exec "$@"' rank \
         "${TARGET[@]}"
 }
 

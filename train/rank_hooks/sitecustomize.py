@@ -2,7 +2,7 @@
 user's own code (this folder is first on their PYTHONPATH; `--no-rank-hooks` leaves it off).
 
 It imports neither torch nor anything of the user's: it waits until the script imports torch's
-optimizers or transformers' Trainer and hooks them then (train.script_hooks says what they do).
+optimizers, transformers' or Lightning's Trainer and hooks them then (train.script_hooks says what they do).
 slurmgen's `train` package is imported under its own name only while a hook runs and is taken out
 of sys.modules again, so a user's own `train` module stays theirs. A sitecustomize the site or the
 user already had runs after this one, as if this one were not there.
@@ -99,7 +99,9 @@ def install():
     others when it is."""
     hooks = {"torch.optim.optimizer": _call("script_hooks", "after_optimizer_import"),
              "torch.distributed.checkpoint": _call("script_hooks", "after_checkpoint_import"),
-             "transformers.trainer": _call("trainer_hooks", "after_trainer_import")}
+             "transformers.trainer": _call("trainer_hooks", "after_trainer_import"),
+             "lightning.pytorch.trainer.trainer": _call("lightning_hooks", "after_trainer_import"),
+             "pytorch_lightning.trainer.trainer": _call("lightning_hooks", "after_trainer_import")}
     try:
         ours("script_hooks").start()
     except Exception as exc:
