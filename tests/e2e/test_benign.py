@@ -210,7 +210,8 @@ def test_scancel_ends_an_entry_point_a_trainer_script_and_a_plain_script_for_goo
     for kind, job_id in ids.items():
         log = job_log(tmp_path / kind, job_id)
         assert infos[kind]["State"] == "CANCELLED" and again[kind]["JobState"] == "CANCELLED", (kind, log[-4000:])
-        assert again[kind]["Restarts"] == "0" and "requeueing" not in log, (kind, log[-4000:])
+        assert again[kind]["Restarts"] == "0" and "requeueing job" not in log, (kind, log[-4000:])
+        assert f"slurmgen: job {job_id} was cancelled (scancel): ending it, not requeueing it" in log, (kind, log[-4000:])
 
 
 @pytest.mark.timeout(400)
