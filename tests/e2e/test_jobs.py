@@ -166,7 +166,7 @@ for i, script in enumerate(scripts):
     PartialState.destroy_process_group = destroy if i == len(scripts) - 1 else (lambda self, group=None: None)
     runpy.run_path(script, run_name="__main__")
     # One write: the ranks share the log, and unbuffered print writes "passed:" and the name apart.
-    sys.stdout.write("passed: " + script.rsplit("/", 1)[1] + "\n")
+    sys.stdout.write("passed: " + script.rsplit("/", 1)[1] + "\\n")
     sys.stdout.flush()
 """
 
