@@ -89,3 +89,14 @@ def test_no_module_is_over_350_lines_and_each_says_its_concern_first():
 def test_the_folders_are_the_architecture():
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
     assert folders == ["job", "observe", "plan", "script", "site", "submit"]
+
+
+def test_templates_read_the_plan_alone():
+    """Templates stay dumb: they loop over the plan and print its facts (plan.facts), never the spec,
+    so what a script says is decided in Python, where it is tested."""
+    templates = sorted((ROOT / "templates").glob("*.j2"))
+    assert templates
+    reads_spec = {t.name for t in templates if "spec." in t.read_text().replace("runtime spec", "")}
+    assert reads_spec == set()
+    from slurmgen.script import render
+    assert '"spec":' not in Path(render.__file__).read_text() and "spec=spec" not in Path(render.__file__).read_text()

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from slurmgen.plan.script_facts import ScriptFacts, script_facts
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import scale_mem, train_arg
 
@@ -65,6 +66,11 @@ class Plan:
             return ""
         from slurmgen.plan.sweep import array_spec
         return array_spec(len(self.runs), self.spec.max_parallel)
+
+    @property
+    def facts(self) -> ScriptFacts:
+        """What the templates print of the job beyond its layout (slurmgen.plan.script_facts)."""
+        return script_facts(self.spec)
 
     @property
     def heterogeneous(self) -> bool:

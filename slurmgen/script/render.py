@@ -171,7 +171,7 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
     spec = plan.spec
     by_prefix = bool(spec.nccl_socket_ifname and iface_prefixes(spec.nccl_socket_ifname))
     context = {
-        "spec": spec,
+        "job": plan.facts,
         "plan": plan,
         "version": __version__,
         "command": command,
@@ -237,6 +237,6 @@ def render_prep(plan: Plan) -> str:
     options = [(k, v) for k, v in _component_options(spec, plan.components[0])
                if k not in ("mem", "hint", "threads-per-core")]
     return environment().get_template("prep.sh.j2").render(
-        spec=spec, version=__version__, output_pattern=output_pattern(spec.log_dir, spec.log_name),
+        job=plan.facts, version=__version__, output_pattern=output_pattern(spec.log_dir, spec.log_name),
         cpus=plan.components[0].cpus_per_task, options=options, exports=rank_exports(spec),
         container_dirs=[], dependency=dependency(spec.after))
