@@ -9,6 +9,7 @@ place, and mixed GPU types: tests/test_node_beats.py and tests/test_slow_nodes.p
 from __future__ import annotations
 
 import json
+from datetime import datetime
 import os
 import re
 import subprocess
@@ -113,11 +114,16 @@ def test_two_jobs_on_shared_nodes_through_a_drain_an_evaluation_an_exported_port
     ports = set()
     for job in done:
         no_intervention(job, job.workdir)
+        assert job.info["NodeList"] == "node[3-4]"
         assert (job.workdir / "out" / "steps").read_text().split() == [str(s) for s in range(1, 31)]
         assert "the user's USR1 handler ran" not in job.log  # the hang watch asks with its own signal
-        ports |= set(re.findall(r"master \S+:(\d+)", job.log))
+        ports |= set(re.findall(r"master node3:(\d+)", job.log))
+        assert f"master node3:{20000 + int(job.job_id) % 10000}" in job.log  # the job's own port
         assert list(job.workdir.glob("logs/.slurmgen-*.before-*")), "the other job's folder was set aside"
     assert len(ports) == 2 and "29500" not in ports, ports
+    # Both ran at the same time on the same nodes (each evaluates for 25 s): the ports kept them apart.
+    starts, ends = ([datetime.fromisoformat(job.info[key]) for job in done] for key in ("StartTime", "EndTime"))
+    assert max(starts) < min(ends), (starts, ends)
 
 
 BUSY_AT_THE_WARNING = '''
