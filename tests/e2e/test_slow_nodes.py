@@ -137,9 +137,13 @@ def test_a_healthy_run_raises_no_alarm_then_a_throttled_node_is_named_and_replac
     named = re.findall(rf"slurmgen: straggler: rank (\d) on {node}: ([\d.]+)x the median compute time per step"
                        rf" over the last {WINDOW} steps", log)
     assert named and {r for r, _ in named} <= {"2", "3"} and all(float(x) >= 2 for _, x in named), log[-6000:]
-    assert re.search(rf"slurmgen: failure 1 of at most 2 \(slow on {node}\): restarting every component inside the"
-                     rf" allocation from the newest checkpoint; {node} \(slow\) replaced by spare {spare}", log), log[-6000:]
-    assert not re.search(r"straggler: rank \d on (?!" + node + ")", log), log[-6000:]
+    replaced = re.search(rf"slurmgen: failure 1 of at most 2 \(slow on {node}\): restarting every component inside"
+                         rf" the allocation from the newest checkpoint; {node} \(slow\) replaced by spare {spare}", log)
+    assert replaced, log[-6000:]
+    # Until the replacement only node's ranks are named. After it the test asserts the outcome alone:
+    # there the suite's other half shares these two cores with six ranks, and a healthy rank measured
+    # 2.1x the median over one window once (a CI run: named, and trained on, as it must be, no spare left).
+    assert not re.search(r"straggler: rank \d on (?!" + node + ")", log[:replaced.start()]), log[-6000:]
     finished_every_step(tmp_path, job, steps)
     assert "requeue" not in log.lower() and job.state == "COMPLETED", log[-6000:]
     assert sorted(set(progress_steps(tmp_path / "run"))) == list(range(1, steps + 1))
