@@ -26,6 +26,7 @@ from tests.e2e.test_fault_tolerance import (ddp_args, job_log, progress_steps, p
 from tests.e2e.test_hangs import UNEVEN, finished_every_step, reports
 
 WINDOW = 10
+RATIO = 3
 
 
 def slow(node: str, what: str, value: str) -> None:
@@ -116,7 +117,11 @@ def test_a_healthy_run_raises_no_alarm_then_a_throttled_node_is_named_and_replac
     steps, healthy = 100, 70
     # One thread per rank: with two, a rank alone on its node (0 and 1) has two CPUs to wait for, on
     # this machine's two cores shared by every rank, and is the job's real straggler.
+    # Ratio 3, not the default 2: on this machine the suite's other half shares the two cores with the
+    # six ranks, and a healthy rank alone on its node measured 2.1x and 2.2x the median over a window
+    # (two CI runs); node3 at 5% of a CPU measures well above 3x.
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--straggler-window", str(WINDOW),
+                                          "--straggler-ratio", str(RATIO),
                                           "--straggler-action", "exclude", "--hang-timeout", "10",
                                           "--env", "OMP_NUM_THREADS=1", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.4",
                                           "--env", "SLURMGEN_TEST_SAVE_SLEEP=20:15"],
@@ -128,7 +133,7 @@ def test_a_healthy_run_raises_no_alarm_then_a_throttled_node_is_named_and_replac
     assert last - first >= 3 * 10 + 15, (first, last)
     log = job_log(tmp_path, job_id)
     assert "straggler" not in log and "slurmgen: hang" not in log and not reports(tmp_path, job_id), log[-4000:]
-    slow(node, "cpu", "10")
+    slow(node, "cpu", "5")
     try:
         job = JobRun(job_id, slurm_helpers.wait_job(job_id, timeout=400), tmp_path)
     finally:
@@ -136,7 +141,7 @@ def test_a_healthy_run_raises_no_alarm_then_a_throttled_node_is_named_and_replac
     log = job_log(tmp_path, job_id)
     named = re.findall(rf"slurmgen: straggler: rank (\d) on {node}: ([\d.]+)x the median compute time per step"
                        rf" over the last {WINDOW} steps", log)
-    assert named and {r for r, _ in named} <= {"2", "3"} and all(float(x) >= 2 for _, x in named), log[-6000:]
+    assert named and {r for r, _ in named} <= {"2", "3"} and all(float(x) >= RATIO for _, x in named), log[-6000:]
     replaced = re.search(rf"slurmgen: failure 1 of at most 2 \(slow on {node}\): restarting every component inside"
                          rf" the allocation from the newest checkpoint; {node} \(slow\) replaced by spare {spare}", log)
     assert replaced, log[-6000:]
