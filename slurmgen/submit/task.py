@@ -112,8 +112,9 @@ def cancelled_file(folder, job_id: str) -> Path:
 
 
 def cancelled_by_slurm(job: str) -> bool:
-    """Whether Slurm says the job is CANCELLED: scancel, the user's (or an administrator's) final
-    word, whose TERM the ranks take as a preemption's. Slurm says it before any TERM arrives."""
+    """Whether Slurm says the job was cancelled (scancel, the user's or an administrator's final
+    word, whose TERM the ranks would take as a preemption's): CANCELLED, or COMPLETING ended before
+    its limit (slurmgen.job.slurm.was_cancelled)."""
     from slurmgen.job.slurm import job_info
 
     return bool(job) and job_info(job).cancelled
