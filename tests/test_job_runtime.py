@@ -459,6 +459,50 @@ def test_a_plain_script_killed_by_scancel_is_no_failure_to_retry(job, capsys):
     assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "cancelled"
 
 
+def stopped_by_a_term_to_the_steps(job, outcome, status):
+    """Ranks that got a TERM this script never saw (scancel --signal=TERM JOB, a site's preemption):
+    they save and say so, or die of it, without any stop file."""
+    def behaviour(now):
+        if now < 1003:
+            return None
+        beats(job.files, 0, 1)
+        if outcome:
+            job.files.outcome.write_text(outcome + "\n")
+        return status
+    return behaviour
+
+
+@pytest.mark.parametrize("preempted", [True, False])
+def test_ranks_that_saved_at_a_term_the_script_never_got_are_not_finished(job, capsys, preempted):
+    """Every component exits 0 and the ranks say "stopped": unfinished training, judged as at a warning:
+    a preemption is left to Slurm's requeue, anything else requeued to resume; never FINISHED."""
+    slurm = Slurm(preempted=preempted)
+    term = stopped_by_a_term_to_the_steps(job, "stopped 9", 0)
+    runtime, _ = job(component_0=term, component_1=term, slurm=slurm)
+    assert status(runtime) == 0
+    out = capsys.readouterr().out
+    assert "slurmgen: the ranks stopped at a signal this script never got (a TERM to the steps): as at a warning" in out
+    if preempted:
+        assert "slurmgen: checkpoint saved at step 9; job 77 preempted: Slurm requeues it" in out
+        assert runtime.run.state.value == "preempted" and slurm.requeued == [] and record(job.files).restarts == 0
+    else:
+        assert "slurmgen: checkpoint saved at step 9; requeueing job 77 (restart 1 of at most 3)" in out
+        assert slurm.requeued == ["77"] and record(job.files).restarts == 1
+    assert record(job.files).failures == []
+
+
+def test_ranks_a_preemptions_term_ended_are_no_failure(job, capsys):
+    """A plain script's ranks die of the preemption's TERM (143), sent to the steps alone: Slurm
+    requeues the job; the runtime counts nothing and requeues nothing itself."""
+    slurm = Slurm(preempted=True)
+    term = stopped_by_a_term_to_the_steps(job, "", 143)
+    runtime, _ = job(component_0=term, component_1=term, slurm=slurm)
+    assert status(runtime) == 0 and runtime.run.state.value == "preempted"
+    assert "slurmgen: job 77 preempted (its ranks ended at the preemption's signal): no failure counted; Slurm" \
+        " requeues it" in capsys.readouterr().out
+    assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).restarts == 0
+
+
 def test_a_preflight_that_does_not_answer_lets_training_start_with_one_line(job, capsys):
     """An srun stuck on a node that does not answer: past the check's budget (60 s and half a second a
     node) the steps are stopped and training starts; a failing check of a healthy cluster would itself

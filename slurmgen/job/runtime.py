@@ -216,7 +216,7 @@ class Runtime:
 
     def _end(self, status: int) -> Result:
         """The run is over (its steps have ended): requeue, wait for Slurm, restart, or end the job."""
-        if self.run.warned_at is None:  # a failure: a retry, or the end
+        if self.run.warned_at is None and not self._stopped_unwarned(status):  # a failure: a retry, or the end
             return self._retry(self.run.why, self.run.suspect, status) if status else Result(State.FINISHED)
         if self.run.leave_out and self.files.outcome_says()[0] != contract.FINISHED:  # stopped for a straggler
             return self._retry(SLOW, self.run.leave_out)
@@ -250,6 +250,16 @@ class Runtime:
         self.record.restarts += 1
         return Result(State.REQUEUED)
 
+    def _stopped_unwarned(self, status: int) -> bool:
+        """Every component ended well but the ranks say they stopped, not finished: a TERM reached the
+        steps and not this script (a site that preempts or ends jobs with a TERM to the steps alone).
+        Judged as at a warning (requeued to resume, or left to Slurm's requeue), never as finished."""
+        if status or self.files.outcome_says()[0] != contract.STOPPED:
+            return False
+        say("slurmgen: the ranks stopped at a signal this script never got (a TERM to the steps): as at a warning")
+        self.run.warned_at = self.clock()
+        return True
+
     def _retry(self, why: str, node: str, status: int = 1, spare: bool = True) -> Result:
         """A failed run judged by the failure policy: a spare takes the blamed node (RESTARTED, where
         spare), or the job is requeued without the nodes to blame (REQUEUED), or it ends (FAILED)."""
@@ -259,6 +269,10 @@ class Runtime:
                                   self.spares.lost() if spare else {})
         if info.cancelled:  # the user ended it (and its ranks with it): no failure to count, nothing to retry
             return self._cancelled()
+        if info.preempted:  # its TERM, sent to the steps alone, ended ranks that could not save: Slurm requeues it
+            say(f"slurmgen: job {self.job.id} preempted (its ranks ended at the preemption's signal): no failure"
+                " counted; Slurm requeues it")
+            return Result(State.PREEMPTED)
         decision = policy.decide(self.record.failures, self.record.excluded, seen, self.spec.max_failures)
         self.record.failures = list(decision.failures)
         if not decision.retry:
