@@ -101,6 +101,8 @@ def render_command(ctx, output, show_config, check_first, **params):
     plan = materialize(spec)
     if check_first and not run_check(plan, err=output == "-", alternatives=_alternatives(params, spec)):
         sys.exit(1)
+    if spec.script and not check_first:
+        _say_layout_limits(spec.script, node_gpus(plan))
     if spec.offline:
         from slurmgen.site.prefetch import PrefetchError, prefetch
 
@@ -170,7 +172,7 @@ def run_check(plan, err=False, alternatives=()) -> bool:
         verdict = _fit_check(plan.spec, verdict)
     if plan.spec.script:
         verdict = _read_script(plan.spec.script, verdict, cpu_only=not any(n.gpus for n in cluster.nodes),
-                               resume_auto=plan.spec.resume == "auto")
+                               resume_auto=plan.spec.resume == "auto", gpus=node_gpus(plan))
     click.echo(verdict.text(), err=err)
     if verdict.ok:
         now = datetime.now()
@@ -193,12 +195,28 @@ def _fit_check(spec, verdict):
     return verdict
 
 
-def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False):
+def _say_layout_limits(script: str, gpus: tuple[int, ...]) -> None:
+    """On nodes of different widths, what in the script the layout makes fail (a Lightning Trainer
+    without train.lightning's strategy), said before the queue wait; the rest is `check`'s."""
+    if len(set(gpus)) < 2:
+        return
+    from slurmgen.site.user_script import read
+
+    for line in read(script, gpus=gpus, layout_only=True).findings:
+        click.echo(f"warning: {line}", err=True)
+
+
+def node_gpus(plan) -> tuple[int, ...]:
+    """The job's GPUs per node, in node-rank order (1,1,2,2)."""
+    return tuple(len(ranks) for _, ranks in plan.node_ranks())
+
+
+def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False, gpus: tuple[int, ...] = ()):
     """The script's lines that would fail every rank after the queue wait fail the check too; a
     run that would never resume is said, and fails nothing."""
     from slurmgen.site.user_script import read
 
-    reading = read(script, cpu_only, resume_auto)
+    reading = read(script, cpu_only, resume_auto, gpus)
     head = reading.note or (f"script {script}: {len(reading.findings)} line(s) would fail on every rank:"
                             if reading.findings else f"script {script}: nothing found that would fail")
     verdict.add([head, *(f"  {line}" for line in reading.findings)], "" if not reading.findings else

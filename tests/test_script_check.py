@@ -111,3 +111,46 @@ def test_a_tool_this_python_cannot_run_names_the_train_extra():
     run = run_tool("train.no_such_tool", [])
     assert run.missing and run.returncode == 1
     assert run.why == "No module named train.no_such_tool: pip install 'slurmgen[train]'"
+
+
+LIGHTNING_SCRIPT = """import lightning as L
+open("ran", "w").close()  # a side effect, had the script been run
+trainer = L.Trainer(strategy="ddp", devices=2, num_nodes=4)
+"""
+
+
+def test_a_users_train_py_in_the_working_folder_is_read_never_run(tmp_path, monkeypatch):
+    """`python -m train.script_check` in the user's folder imported their train.py (the seed's file
+    name) as the package train, so ran it, and found nothing; the tool now runs without the working
+    folder on its path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(LIGHTNING_SCRIPT)
+    reading = read("train.py", gpus=(1, 1, 2, 2))
+    assert not (tmp_path / "ran").exists()
+    assert len(reading.findings) == 1 and reading.findings[0].startswith(
+        "train.py:3: L.Trainer(...): Lightning assumes the same number of devices on every node, and these nodes"
+        " have 1,1,2,2 GPUs"), reading
+
+
+@pytest.mark.parametrize("gpus, source, named", [
+    ("1,1,2,2", LIGHTNING_SCRIPT, True),
+    ("2", LIGHTNING_SCRIPT, False),  # a uniform layout: Lightning's own ddp is right
+    ("1,1,2,2", "from train.lightning import UnevenDDPStrategy\n" + LIGHTNING_SCRIPT.replace(
+        'strategy="ddp", devices=2, num_nodes=4', 'strategy=UnevenDDPStrategy(), devices="auto"'), False),
+])
+def test_render_names_a_lightning_trainer_that_uneven_nodes_would_stop(tmp_path, gpus, source, named):
+    from click.testing import CliRunner
+
+    from slurmgen.cli import cli
+
+    script = tmp_path / "fit_model.py"
+    script.write_text(source)
+    nodes = "4" if "," in gpus else "2"
+    result = CliRunner().invoke(cli, ["render", "--nodes", nodes, "--gpus", gpus, "--script", str(script),
+                                      "--log-dir", str(tmp_path / "logs"), "-o", str(tmp_path / "job.sh")])
+    assert result.exit_code == 0 and (tmp_path / "job.sh").is_file(), result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == ([f"warning: {script}:3: L.Trainer(...): Lightning assumes the same number of devices on"
+                         " every node, and these nodes have 1,1,2,2 GPUs: every rank would stop at start (devices x"
+                         " num_nodes is not the world size, 6); pass strategy=UnevenDDPStrategy() (from"
+                         " train.lightning import UnevenDDPStrategy)"] if named else []), result.stderr

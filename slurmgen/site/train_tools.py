@@ -16,8 +16,14 @@ class ToolRun:
     missing: bool  # it failed for a module this Python lacks (why then names the [train] extra)
 
 
+# `python -m train.X` would put the working folder first on sys.path, where a user's own train.py
+# (the seed's file name) is imported, and so run, in place of this package's train/: the tool runs
+# with the working folder off the path instead (PYTHONSAFEPATH is 3.11's; this works on 3.9 too).
+_RUN = "import runpy, sys; del sys.path[0]; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+
+
 def run_tool(module: str, args: list[str]) -> ToolRun:
-    run = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", _RUN, module, *args], capture_output=True, text=True)
     errors = [line for line in run.stderr.splitlines() if line.strip()]
     why = errors[-1] if errors else f"exit status {run.returncode}"
     missing = "No module named" in why

@@ -19,8 +19,12 @@ class Reading:
     advice: tuple[str, ...] = ()  # "SCRIPT:LINE: note: ...": loses work (a run that never resumes), fails nothing
 
 
-def read(script: str, cpu_only: bool = False, resume_auto: bool = False) -> Reading:
-    flags = [*(["--cpu-only"] if cpu_only else []), *(["--resume-auto"] if resume_auto else [])]
+def read(script: str, cpu_only: bool = False, resume_auto: bool = False, gpus: tuple[int, ...] = (),
+         layout_only: bool = False) -> Reading:
+    """gpus: the job's GPUs per node (a Lightning Trainer on uneven nodes needs train.lightning's
+    strategy); layout_only: only what the layout decides (no TRL or transformers asked)."""
+    flags = [*(["--cpu-only"] if cpu_only else []), *(["--resume-auto"] if resume_auto else []),
+             *(["--gpus", ",".join(map(str, gpus))] if gpus else []), *(["--layout-only"] if layout_only else [])]
     run = run_tool("train.script_check", [script, *flags])
     lines = tuple(line for line in run.stdout.splitlines() if line.strip())
     if run.missing:  # an ImportError's traceback exits 1 too
