@@ -60,6 +60,9 @@ img { max-width: 100%; height: auto; display: block; margin: 1em 0; }
 section.run { border-top: 2px solid #ddd; margin-top: 1.5em; }
 .note { color: #555; }
 .goodput { font-weight: 600; }
+@media (min-width: 701px) {  /* a run's name on one line (lr-3e-3 broken after "lr-3e-" misreads) */
+  table.summary td[data-label="run"] { white-space: nowrap; }
+}
 @media (max-width: 700px) {  /* PHONE */
   body { margin: 0.6em; }
   th, td { overflow-wrap: anywhere; }
