@@ -224,7 +224,7 @@ def test_the_site_builds_strictly(site):
     assert (site / "index.html").is_file()
     for page in PAGES.rglob("*.md"):
         rel = page.relative_to(PAGES).with_suffix("")
-        built = site / ("index.html" if rel.name == "index" else rel / "index.html")
+        built = site / rel.with_suffix(".html")  # use_directory_urls: false (tests/test_docs_site.py)
         assert built.is_file(), f"{page} was not built"
 
 
@@ -234,7 +234,7 @@ def test_the_docs_include_the_golden_script_whole(site):
     golden = GOLDEN.read_text()
     head = "\n".join(golden.splitlines()[:3])
     assert not any(head in s for s in sources), "paste no generated script into a page: include the golden file"
-    page = unescape(re.sub(r"<[^>]+>", "", (site / "guides" / "uneven-cluster" / "index.html").read_text()))
+    page = unescape(re.sub(r"<[^>]+>", "", (site / "guides" / "uneven-cluster.html").read_text()))
     assert all(line in page for line in golden.splitlines() if line.strip())
 
 
@@ -247,7 +247,7 @@ def test_the_cli_reference_is_generated_for_every_command(site):
     directives = [dict(re.findall(r"^    :(\w+): (.*)$", d, flags=re.M))
                   for d in re.findall(r"^::: mkdocs-click\n((?:    .*\n?)+)", text, flags=re.M)]
     assert [(d["module"], d["command"], d["prog_name"]) for d in directives] == [("slurmgen.cli", "cli", "slurmgen")]
-    html = (site / "reference" / "cli" / "index.html").read_text()
+    html = (site / "reference" / "cli.html").read_text()
     assert "submit" in cli.commands
     for name, command in cli.commands.items():
         assert f'id="slurmgen-{name}"' in html, f"no section for slurmgen {name}"
@@ -258,7 +258,7 @@ def test_the_cli_reference_is_generated_for_every_command(site):
 
 
 def test_the_cli_reference_shows_every_job_option(site):
-    html = unescape((site / "reference" / "cli" / "index.html").read_text())
+    html = unescape((site / "reference" / "cli.html").read_text())
     names = [name for e in ENTRIES for name in e.option.flags[0].split("/")]
     missing = [name for name in names if not re.search(rf"{re.escape(name)}\b", html)]
     assert missing == []
@@ -266,7 +266,7 @@ def test_the_cli_reference_shows_every_job_option(site):
 
 def test_the_cli_reference_keeps_the_sections_of_help(site):
     """render's options in --help's sections, in order, each option in its own (docs/hooks/cli_sections.py)."""
-    html = unescape((site / "reference" / "cli" / "index.html").read_text())
+    html = unescape((site / "reference" / "cli.html").read_text())
     render = html[html.index('id="slurmgen-render"'):html.index('id="slurmgen-report"')]
     titles = re.findall(r"<strong>([\w ]+):</strong>", render)
     assert titles == ["Usage", "Script", *SECTIONS, "Other options"]

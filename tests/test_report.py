@@ -152,7 +152,8 @@ def test_write_report_writes_a_self_contained_page_with_two_real_plots(sweep, tm
         pixels = png_pixels(out / png)
         assert pixels.std() > 0 and len(np.unique(pixels, axis=0)) > 2, png
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 2
+    # Each plot twice: drawn for a desktop, and for a phone (a <picture> source below 700 px).
+    assert page.count("data:image/png;base64,") == 4 and page.count('<source media="(max-width: 700px)"') == 2
     assert "http://" not in page and "https://" not in page
     assert "<script" not in page and "<link" not in page
     assert "Ranked by final train loss" in page

@@ -344,6 +344,84 @@ def test_page_in_chromium_uses_its_width_and_cuts_nothing_off(sweep, tmp_path, w
         shutil.copy(png, Path(keep) / png.name)
 
 
+def shown_plot(browser, page: Path, width: int) -> list[str]:
+    """Which source each plot's <img> shows in Chromium at this width: "phone" (the <picture>'s
+    source) or "desktop" (its own src). A copy of the page gets a script that writes it down."""
+    probe = page.with_name(f"probe-{width}.html")
+    probe.write_text(page.read_text().replace("</body>", (
+        "<script>addEventListener('load', () => { const d = document.createElement('pre'); d.id = 'shown';"
+        " d.textContent = [...document.querySelectorAll('picture')].map(p => p.querySelector('img').currentSrc"
+        " === p.querySelector('source').srcset ? 'phone' : 'desktop').join(' '); document.body.append(d); });"
+        "</script></body>")))
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},900",
+                           "--virtual-time-budget=3000", "--dump-dom", probe.as_uri()], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HOME": str(page.parent)}, check=True)
+    return re.search(r'<pre id="shown">([^<]*)</pre>', done.stdout).group(1).split()
+
+
+@pytest.mark.parametrize("width, shown", [(420, "phone"), (1280, "desktop")])
+def test_a_phone_gets_the_plots_drawn_for_its_width(sweep, tmp_path, width, shown):
+    browser = chromium()
+    need("matplotlib")
+    runs_dir, logs = sweep
+    write_report(find_runs([str(runs_dir)], [str(logs)]), tmp_path / "out")
+    assert shown_plot(browser, tmp_path / "out" / "report.html", width) == [shown, shown]
+
+
+def _texts_px(fig, shown_px: float) -> dict:
+    """Every visible text of the drawn figure (tick labels, titles, legend) and its size in CSS px
+    when the figure is shown shown_px wide."""
+    fig.draw_without_rendering()  # tick labels exist once drawn
+    scale = shown_px / (fig.get_size_inches()[0] * 72)
+    texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+             if t.get_visible() and t.get_text().strip()]
+    return {t.get_text(): t.get_fontsize() * scale for t in texts}
+
+
+def test_phone_plots_keep_readable_text(sweep):
+    """Shown about 400 px wide, the desktop figures' tick labels are about 6 px (unreadable); the
+    figures drawn for a phone keep every text at NARROW_MIN_PX or more."""
+    figure = need("matplotlib.figure")
+    from slurmgen.observe.report import rank
+    from slurmgen.observe.report_plots import NARROW, NARROW_MIN_PX, NARROW_SHOWN_PX, WIDE, loss_figure, \
+        throughput_figure
+
+    runs_dir, logs = sweep
+    ranked, _ = rank(find_runs([str(runs_dir)], [str(logs)]))
+    for draw in (loss_figure, throughput_figure):
+        wide = _texts_px(draw(figure.Figure, ranked, WIDE), NARROW_SHOWN_PX)
+        assert min(wide.values()) < 7  # why a phone needs its own figure
+        narrow = _texts_px(draw(figure.Figure, ranked, NARROW), NARROW_SHOWN_PX)
+        assert len(narrow) > 10 and "step" in narrow and "lr-1e-3" in narrow
+        small = {text: round(px, 1) for text, px in narrow.items() if px < NARROW_MIN_PX}
+        assert small == {}, f"{draw.__name__}: text under {NARROW_MIN_PX} px on a phone"
+
+
+def test_runs_with_equal_values_stay_visible(sweep):
+    """The sweep's three runs log the same samples/s at the same steps: each line carries markers
+    of its own shape, at steps where no other run has one, so no line hides another."""
+    figure = need("matplotlib.figure")
+    from slurmgen.observe.report import rank
+    from slurmgen.observe.report_plots import NARROW, WIDE, loss_figure, throughput_figure
+
+    runs_dir, logs = sweep
+    ranked, _ = rank(find_runs([str(runs_dir)], [str(logs)]))
+    for draw in (loss_figure, throughput_figure):
+        for size in (WIDE, NARROW):
+            ax = draw(figure.Figure, ranked, size).axes[0]
+            lines = [ln for ln in ax.lines if ln.get_label() in {r.name for r in ranked}]
+            assert len(lines) == 3
+            shapes = [ln.get_marker() for ln in lines]
+            assert all(s not in (None, "", " ", "None", "none") for s in shapes) and len(set(shapes)) == 3
+            marked = []
+            for ln in lines:
+                start, stride = ln.get_markevery()
+                marked.append(set(ln.get_xdata()[start::stride]))
+                assert len(marked[-1]) >= 3, ln.get_label()
+            if draw is throughput_figure:  # equal values: no marker where another run's is
+                assert all(not (a & b) for i, a in enumerate(marked) for b in marked[i + 1:])
+
+
 def test_loss_chart_marks_each_resume_with_its_cause(sweep):
     figure = need("matplotlib.figure")
     from slurmgen.observe.report import rank

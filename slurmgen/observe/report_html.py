@@ -2,19 +2,21 @@
 self-contained report.html: the ranked table, both plots, the settings and each run's context.
 
 The page has no script, no link and no external URL (the plots are inline PNGs). On a narrow screen
-(a phone) each table row becomes a card of label: value lines, so every column stays visible."""
+(a phone) each table row becomes a card of label: value lines, so every column stays visible, and
+each plot is drawn again for that width (report_plots.NARROW: text that stays readable)."""
 
 from __future__ import annotations
 
 import base64
 import html
+import io
 import time
 from pathlib import Path
 from typing import Optional
 
 from slurmgen.observe.report import KEY_LABELS, ReportError, Run, fmt, rank, steps_text
 from slurmgen.observe.report_context import split_settings
-from slurmgen.observe.report_plots import loss_figure, throughput_figure
+from slurmgen.observe.report_plots import NARROW, WIDE, Size, loss_figure, throughput_figure
 
 NONE = "\u2014"  # what a field without data shows
 
@@ -31,15 +33,18 @@ def write_report(runs: list[Run], out_dir) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     ranked, key = rank(runs)
     loss_png, tput_png, page = out / "loss.png", out / "throughput.png", out / "report.html"
-    _save(loss_figure(Figure, ranked), loss_png)
-    _save(throughput_figure(Figure, ranked), tput_png)
-    page.write_text(page_html(ranked, key, loss_png.read_bytes(), tput_png.read_bytes()), encoding="utf-8")
+    loss_png.write_bytes(_png(loss_figure(Figure, ranked, WIDE), WIDE))
+    tput_png.write_bytes(_png(throughput_figure(Figure, ranked, WIDE), WIDE))
+    narrow = (_png(loss_figure(Figure, ranked, NARROW), NARROW), _png(throughput_figure(Figure, ranked, NARROW), NARROW))
+    page.write_text(page_html(ranked, key, loss_png.read_bytes(), tput_png.read_bytes(), narrow), encoding="utf-8")
     return [loss_png, tput_png, page]
 
 
-def _save(fig, path: Path) -> None:
+def _png(fig, size: Size) -> bytes:
     # No Software tag: the PNG (and so the page) carries no URL and is reproducible.
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=size.dpi, metadata={"Software": None})
+    return out.getvalue()
 
 
 CSS = """
@@ -55,7 +60,10 @@ img { max-width: 100%; height: auto; display: block; margin: 1em 0; }
 section.run { border-top: 2px solid #ddd; margin-top: 1.5em; }
 .note { color: #555; }
 .goodput { font-weight: 600; }
-@media (max-width: 700px) {
+@media (min-width: 701px) {  /* a run's name on one line (lr-3e-3 broken after "lr-3e-" misreads) */
+  table.summary td[data-label="run"] { white-space: nowrap; }
+}
+@media (max-width: 700px) {  /* PHONE */
   body { margin: 0.6em; }
   th, td { overflow-wrap: anywhere; }
   table.cards, table.cards tbody, table.cards tr, table.cards td { display: block; width: auto; }
@@ -74,7 +82,13 @@ SUMMARY = ["rank", "run", "steps", "final loss", "best loss (step)", "eval loss"
            "goodput", "restarts", "state"]
 
 
-def page_html(ranked: list[Run], key: str, loss_png: bytes, tput_png: bytes) -> str:
+PHONE = "(max-width: 700px)"  # the width below which tables become cards and plots are narrow
+
+
+def page_html(ranked: list[Run], key: str, loss_png: bytes, tput_png: bytes,
+              narrow: Optional[tuple[bytes, bytes]] = None) -> str:
+    """narrow: the two plots drawn for a phone (report_plots.NARROW), shown below PHONE's width."""
+    loss_narrow, tput_narrow = narrow or (None, None)
     e = html.escape
     swept_keys = list(dict.fromkeys(k for r in ranked for k in r.swept))
     head = SUMMARY[:2] + swept_keys + SUMMARY[2:]
@@ -97,10 +111,10 @@ def page_html(ranked: list[Run], key: str, loss_png: bytes, tput_png: bytes) -> 
         "without --logs, its wall time from first to last logged step) spent on steps that were kept "
         "(time lost to interruptions, restarts and steps done twice lowers it).</p>",
         _table(head, rows, "cards summary"),
-        "<h2>Loss</h2>", _img(loss_png, "loss against step for every run, interruptions marked"),
+        "<h2>Loss</h2>", _img(loss_png, "loss against step for every run, interruptions marked", loss_narrow),
         '<p class="note">Dotted vertical line: where a run resumed after an interruption, labelled '
         "with its cause; star: the run's best loss.</p>",
-        "<h2>Throughput</h2>", _img(tput_png, "samples per second over each run, and per run"),
+        "<h2>Throughput</h2>", _img(tput_png, "samples per second over each run, and per run", tput_narrow),
         *settings_html(ranked),
         "<h2>Runs</h2>", *[run_html(run) for run in ranked],
         "</body></html>", ""])
@@ -242,5 +256,13 @@ def _kv(rows: list[tuple[str, str]]) -> str:
             + "\n</tbody></table>")
 
 
-def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+def _data(png: bytes) -> str:
+    return f"data:image/png;base64,{base64.b64encode(png).decode('ascii')}"
+
+
+def _img(png: bytes, alt: str, narrow: Optional[bytes] = None) -> str:
+    """The plot; with narrow, a picture whose phone-width source is the plot drawn for a phone."""
+    img = f'<img alt="{alt}" src="{_data(png)}">'
+    if narrow is None:
+        return img
+    return f'<picture><source media="{PHONE}" srcset="{_data(narrow)}">{img}</picture>'
