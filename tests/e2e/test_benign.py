@@ -248,3 +248,33 @@ def test_scancel_ends_a_submitted_job_for_good(cluster, assets, tmp_path):
     info = slurm_helpers.job_info(job_id)
     assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", info
 
+
+
+@pytest.mark.timeout(400)
+def test_a_term_to_the_steps_alone_is_no_finish_the_job_resumes(cluster, assets, tmp_path):
+    """`scancel --signal=TERM JOB` (no cancel) reaches the steps' tasks and not the batch shell, as a
+    site's TERM-only preemption does: train.ddp_loop's ranks (srun launcher: no agent between) save
+    and exit 0. Unfinished training is no finish: the job is requeued, resumes from that checkpoint,
+    trains every step once; no failure counted."""
+    from tests.e2e.test_fault_tolerance import progress_steps, wait_progress
+
+    steps = 40
+    job_id = render_and_submit(tmp_path, ["--nodes", "1", "--gpus", "1", "--module", "train.ddp_loop",
+                                          "--launcher", "srun", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.5"],
+                               ddp_args(assets, tmp_path, steps), wait=False)
+    try:
+        wait_progress(job_id, tmp_path / "run", 3)
+        subprocess.run(["scancel", "--signal=TERM", job_id], check=True)
+        info = wait_with_nudges(job_id, timeout=300)
+    finally:
+        slurm_helpers.cancel(job_id)
+    log = job_log(tmp_path, job_id)
+    assert info["State"] == "COMPLETED" and info["Restarts"] == "1", log[-6000:]
+    assert "slurmgen: the ranks stopped at a signal this script never got (a TERM to the steps): as at a" \
+           " warning" in log, log[-6000:]
+    saved = re.findall(r"stop requested, saved checkpoint at step (\d+)", log)
+    assert len(saved) == 1 and f"requeueing job {job_id} (restart 1 of at most" in log, log[-6000:]
+    assert re.search(rf"resuming from \S+checkpoint-{saved[0]} at step {saved[0]}", log), log[-6000:]
+    assert progress_steps(tmp_path / "run") == list(range(1, steps + 1)), log[-6000:]
+    record = json.loads((tmp_path / "logs" / f".slurmgen-{job_id}" / "state.json").read_text())
+    assert record["failures"] == [] and record["excluded"] == [], record
