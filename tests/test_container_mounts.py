@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from slurmgen import contract
 from slurmgen.job import hangs
+from slurmgen.script.render import shell_quote
 from slurmgen.submit import spec_from_args
+from tests.conftest import skip_or_fail
 from tests.test_script_shims import render_to, shim_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,8 +29,9 @@ def array(text: str, name: str) -> str:
 
 def expand(words: str, **env) -> list[str]:
     """What bash makes of the words of an array, one per line."""
-    return subprocess.run(["bash", "-c", f"set -u; words=({words}); printf '%s\\n' \"${{words[@]}}\""],
-                          capture_output=True, text=True, check=True, env={"SLURM_JOB_ID": "7", **env}).stdout.splitlines()
+    code = f"set -u; words=({words}); printf '%s\\n' \"${{words[@]}}\""
+    return subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True,
+                          env={"SLURM_JOB_ID": "7", **env}).stdout.splitlines()
 
 
 def rendered(render_args, tmp_path, *args) -> str:
@@ -44,7 +45,7 @@ def rendered(render_args, tmp_path, *args) -> str:
 def test_pyxis_mounts_the_node_tmpdir_and_the_rank_hooks_read_only(render_args, tmp_path):
     text = rendered(render_args, tmp_path, "--container-image", "img.sqsh", "--container-mounts", "/data:/data")
     words = array(text, "CONTAINER_SRUN")
-    logs, hooks = tmp_path / "logs", "/venv/lib/python3.11/site-packages/train"
+    logs, hooks = tmp_path / "logs", "/my venv/lib/python3.11/site-packages/train"  # one word each, spaces and all
     mounts = next(w for w in expand(words, SLURM_SUBMIT_DIR="/home/u/p", TMPDIR="/local/job 7",
                                     RANK_HOOKS_PACKAGE=hooks) if w.startswith("--container-mounts="))
     assert mounts == (f"--container-mounts=/data:/data,/home/u/p:/home/u/p,{logs}:{logs},/local/job 7:/local/job 7,"
@@ -55,7 +56,7 @@ def test_pyxis_mounts_the_node_tmpdir_and_the_rank_hooks_read_only(render_args, 
     # The host's hooks go on the ranks' PYTHONPATH, and their package is the folder mounted.
     assert "    RANK_HOOKS_PACKAGE=${RANK_HOOKS%/*}\n" in text and "image_rank_hooks" not in text
     assert "SLURMGEN_RANK_HOOKS_PYTHON" not in text
-    assert f"mkdir -p '{logs}'\n" in text or f"mkdir -p {logs}\n" in text  # not the node's TMPDIR: it exists there
+    assert f"mkdir -p {shell_quote(str(logs))}\n" in text  # not the node's TMPDIR: it exists there
 
 
 def test_apptainer_binds_the_same_folders(render_args, tmp_path):
@@ -113,12 +114,13 @@ def own_train_packages() -> list[str]:
     return sorted({str(REPO / "train"), *found})
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="mount namespaces need root and unshare")
 def test_ranks_in_an_image_beat_on_their_node_and_run_the_host_s_hooks(render_args, tmp_path):
     """2 nodes of 2 ranks (--launcher srun) in the apptainer stand-in: the ranks' /tmp is their own and
     slurmgen's train packages are hidden, as in an image without slurmgen. The ranks still load the
     rank hooks (the host's package, bound read-only) and beat into a folder on their node, in the host's
     TMPDIR, where the hang watch looks; the shared folder gets one file per node, none per rank."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        skip_or_fail("the apptainer stand-in's mount namespaces need root and unshare")
     work, node_tmp = tmp_path / "work", tmp_path / "node-tmp"
     work.mkdir()
     node_tmp.mkdir()

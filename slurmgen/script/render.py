@@ -147,7 +147,8 @@ def _quote_keeping_vars(value: str) -> str:
 def _container_flags(spec) -> str:
     """pyxis flags for every srun; the values quoted, since paths may hold anything."""
     quoted = []
-    for flag in container_args(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, name="slurmgen-$SLURM_JOB_ID", node_dir=NODE_TMP):
+    flags = container_args(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, name="slurmgen-$SLURM_JOB_ID", node_dir=NODE_TMP)
+    for flag in flags:
         name, _, value = flag.partition("=")
         quoted.append(f"{name}={_quote_keeping_vars(value)}{_hooks_mount(spec, name == '--container-mounts')} ")
     return "".join(quoted)
@@ -156,7 +157,7 @@ def _container_flags(spec) -> str:
 def _container_exec(spec) -> str:
     """apptainer's words for every step's command, quoted like the pyxis flags."""
     words = container_exec(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, node_dir=NODE_TMP)
-    return "".join(f"{_quote_keeping_vars(word)}{_hooks_mount(spec, i and words[i - 1] == '--bind')} "
+    return "".join(f"{_quote_keeping_vars(word)}{_hooks_mount(spec, words[i - 1:i] == ['--bind'])} "
                    for i, word in enumerate(words))
 
 
