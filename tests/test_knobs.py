@@ -80,13 +80,14 @@ def test_containers_only_when_asked(render_args, tmp_path):
     assert '--container-name=slurmgen-"$SLURM_JOB_ID"' in flags
     assert '--container-workdir="$SLURM_SUBMIT_DIR"' in flags
     # What the shell makes of the mounts: the user's, then the working, log and output dirs
-    # (stop and outcome files, checkpoints) at the same path inside.
+    # (stop and outcome files, checkpoints) at the same path inside, and the node's TMPDIR, where
+    # the ranks beat on their node (tests/test_container_mounts.py).
     mounts = flags.split("--container-mounts=", 1)[1].split(" --container-workdir=")[0]
     expanded = subprocess.run(["bash", "-c", f"printf %s {mounts}"], capture_output=True, text=True,
                               env={"SLURM_SUBMIT_DIR": "/home/u/proj"}).stdout
     expanded = "--container-mounts=" + expanded
     assert expanded == (f"--container-mounts=/data:/data,/home/u/proj:/home/u/proj,{logs}:{logs},"
-                        "/scratch/run:/scratch/run")
+                        "/scratch/run:/scratch/run,/tmp:/tmp")
     assert f"mkdir -p '{logs}' /scratch/run\n" in boxed
 
 

@@ -62,7 +62,8 @@ def test_a_node_publishes_its_ranks_beats_at_a_bounded_rate(tmp_path):
 
 
 def test_without_a_node_folder_each_rank_beats_in_the_shared_one(tmp_path):
-    """A container (its /tmp may be out of the hang watch's sight) or another launcher: as before."""
+    """The submit path or another launcher, which name no node folder: as before. (A container job has
+    one: tests/test_container_mounts.py.)"""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env.update(SLURMGEN_HEARTBEAT_DIR=str(tmp_path), RANK="3", SLURMD_NODENAME="node2", PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", RANK.format(steps=2, sleep=0)], env=env, check=True)

@@ -166,10 +166,10 @@ def test_a_script_of_the_older_format_is_refused_by_this_runtime_before_any_step
     assert not (tmp_path / "calls.jsonl").exists() or calls(tmp_path, "srun") == []
 
 
-# slurmgen's own words, not the ranks': the record, a sweep's run, a part's place (--spares), the
-# image's Python, the runtime's test knobs, preflight's and the network check's line tags.
+# slurmgen's own words, not the ranks': the record, a sweep's run, a part's place (--spares),
+# the runtime's test knobs, preflight's and the network check's line tags.
 NOT_CROSSING = {"SLURMGEN_RUNTIME_SPEC", "SLURMGEN_RUN", "SLURMGEN_FIRST_NODE", "SLURMGEN_FIRST_RANK",
-                "SLURMGEN_RANK_HOOKS_PYTHON", "SLURMGEN_SETTLE_SECONDS", "SLURMGEN_POLL_SECONDS", "SLURMGEN_PREFLIGHT",
+                "SLURMGEN_SETTLE_SECONDS", "SLURMGEN_POLL_SECONDS", "SLURMGEN_PREFLIGHT",
                 "SLURMGEN_NETCHECK", "SLURMGEN_SPLIT", "SLURMGEN_SLURM", "SLURMGEN_COMPLETE"}  # the last: click's completion
 
 

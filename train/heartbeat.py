@@ -155,8 +155,9 @@ def _publish_trailing(local: str, folder: str) -> None:
 
 
 def node_folder() -> str | None:
-    """This node's folder of beats (made on first use), or None where the job names none (a
-    container, another launcher) or it cannot be made."""
+    """This node's folder of beats (made on first use), or None where the job names none (the submit
+    path, another launcher) or it cannot be made. In an image the script mounts the node's TMPDIR (or
+    /tmp) at the same path, so the folder is the node's, where the hang watch looks from outside."""
     global _node_folder, _folder_owner
     if _node_folder is None:
         name = os.environ.get(contract.NODE_BEATS_ENV, "")

@@ -23,12 +23,9 @@ run_job() {  # LAUNCH_FUNCTION... (one per component, in order)
     if [[ -n ${IFACE_PATTERN:-} ]]; then  # nodes may name their interfaces differently
         export -f node_iface
     fi
-    if [[ -n ${SLURMGEN_RANK_HOOKS_PYTHON:-} ]]; then  # in an image: its own slurmgen's rank hooks
-        export -f image_rank_hooks
-    fi
-    # The ranks beat into a folder on their node, which one rank publishes (train/contract.py);
-    # not in a container, whose /tmp the hang watch's look from outside may not see.
-    [[ -n "${CONTAINER_SRUN[*]:-}${CONTAINER_EXEC[*]:-}" ]] || export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
+    # The ranks beat into a folder on their node, which one rank publishes (train/contract.py); in an
+    # image too, where the script's container words mount the node's TMPDIR (or /tmp) at the same path.
+    export SLURMGEN_NODE_BEATS="slurmgen-beats-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}-$$"
     trap ': > "$SLURMGEN_STOP_FILE"' USR2 TERM  # the time-limit warning (or a preemption's TERM)
     (( ! EARLY_WARNING )) || : > "$SLURMGEN_STOP_FILE"
     # The launch functions and what they read, for the runtime to run each in a bash of its own.
@@ -76,15 +73,4 @@ node_iface() {  # NCCL's prefixes to this node's exact interface name, for gloo 
     GLOO_SOCKET_IFNAME=$(sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | LC_ALL=C sort | grep -m1 -E "$IFACE_PATTERN") ||
         { echo "slurmgen: --nccl-socket-ifname $NCCL_SOCKET_IFNAME: no interface of $(hostname) starts so" >&2; return 1; }
     export GLOO_SOCKET_IFNAME
-}
-
-image_rank_hooks() {  # the rank hooks of the slurmgen the image's Python imports, on PYTHONPATH (every step in it)
-    local dir
-    # the last line: a site's sitecustomize may print before it
-    dir=$(PYTHONSAFEPATH=1 "$SLURMGEN_RANK_HOOKS_PYTHON" -c 'import train.rank_hooks as h; print(h.DIR)' 2>/dev/null | tail -n 1)
-    if [[ -n $dir ]]; then
-        export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
-    else
-        echo "slurmgen: cannot import train.rank_hooks in the image on $(hostname): your code runs without the rank hooks" >&2
-    fi
 }

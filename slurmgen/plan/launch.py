@@ -22,30 +22,38 @@ def container_dirs(spec: JobSpec, *dirs: Optional[str]) -> list[str]:
     return list(dict.fromkeys(d for d in wanted if d))
 
 
-def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Optional[str] = None) -> list[str]:
+def container_args(spec: JobSpec, workdir: str, *dirs: Optional[str], name: Optional[str] = None,
+                   node_dir: Optional[str] = None) -> list[str]:
     """pyxis/enroot srun flags, only when asked for; rendered scripts quote them, submit passes
-    them as argv. With an image: the user's mounts plus container_dirs at the same path, the
-    working directory inside, and a name so that a job's steps import the image once per node."""
+    them as argv. With an image: the user's mounts plus container_dirs and node_dir at the same
+    path, the working directory inside, and a name so that a job's steps import the image once per node."""
     if spec.container_runtime != "pyxis":
         return []
     if not spec.container_image:
         return [f"--container-mounts={spec.container_mounts}"] if spec.container_mounts else []
-    mounts = [spec.container_mounts] if spec.container_mounts else []
-    mounts += [f"{d}:{d}" for d in container_dirs(spec, workdir, *dirs)]
     flags = [f"--container-image={spec.container_image}"]
     if name:
         flags.append(f"--container-name={name}")
+    mounts = [spec.container_mounts] if spec.container_mounts else []
+    mounts += [f"{d}:{d}" for d in _same_path(spec, workdir, dirs, node_dir)]
     return flags + [f"--container-mounts={','.join(mounts)}", f"--container-workdir={workdir}"]
 
 
-def container_exec(spec: JobSpec, workdir: str, *dirs: Optional[str]) -> list[str]:
+def container_exec(spec: JobSpec, workdir: str, *dirs: Optional[str], node_dir: Optional[str] = None) -> list[str]:
     """With --container apptainer:IMAGE (or singularity): the words that run a step's command in
-    the image, GPUs passed in (--nv), the user's mounts plus container_dirs bound at the same
-    path, the working directory inside. Nothing for pyxis, whose flags go to srun itself."""
+    the image, GPUs passed in (--nv), the user's mounts plus container_dirs and node_dir bound at
+    the same path, the working directory inside. Nothing for pyxis, whose flags go to srun itself."""
     if spec.container_runtime == "pyxis" or not spec.container_image:
         return []
-    binds = ([spec.container_mounts] if spec.container_mounts else []) + container_dirs(spec, workdir, *dirs)
+    binds = ([spec.container_mounts] if spec.container_mounts else []) + _same_path(spec, workdir, dirs, node_dir)
     return [spec.container_runtime, "exec", "--nv", "--bind", ",".join(binds), "--pwd", workdir, spec.container_image]
+
+
+def _same_path(spec: JobSpec, workdir: str, dirs, node_dir: Optional[str]) -> list[str]:
+    """What an image gets at the same path, after the user's mounts: container_dirs, then node_dir, the
+    node's own folder where the ranks beat (train.heartbeat's node folders), which the hang watch reads
+    from outside the image (it exists on every node: not one of the folders the script makes)."""
+    return list(dict.fromkeys(d for d in [*container_dirs(spec, workdir, *dirs), node_dir] if d))
 
 
 def gloo_socket_ifname(nccl_value: str) -> Optional[str]:

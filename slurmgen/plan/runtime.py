@@ -20,6 +20,12 @@ def stop_wait(grace: int) -> int:
     return max(grace - STOP_MARGIN, 5)
 
 
+def ranks_import_slurmgen(spec) -> bool:
+    """Whether the ranks import the nodes' slurmgen, which preflight then compares with the runtime's:
+    its entry points do, and so do the rank hooks outside an image (in one the host's are mounted)."""
+    return spec.target[1] in SHIPPED_MODULES or (spec.rank_hooks_on and not spec.container_image)
+
+
 def runtime_spec(plan: Plan, model: str = "") -> RuntimeSpec:
     """The record for this plan. model: the local model path every node must see (preflight); the
     caller looks it up, since that is I/O (plan.layout.model_path)."""
@@ -43,8 +49,7 @@ def runtime_spec(plan: Plan, model: str = "") -> RuntimeSpec:
         # A script that does not take the stop file (no Trainer) keeps training this long after a
         # warning, then gets SIGTERM
         stop_grace=min(STOP_GRACE_MAX, wait) if spec.rank_hooks_on else 0,
-        preflight=Preflight(*spec.target, model, slurmgen=spec.rank_hooks_on or spec.target[1] in SHIPPED_MODULES)
-        if spec.preflight else None,
+        preflight=Preflight(*spec.target, model, slurmgen=ranks_import_slurmgen(spec)) if spec.preflight else None,
         # The network check between the nodes (spares included), and the straggler watch between ranks
         net_check=(slow.net_check_ratio, slow.net_min_gbps) if slow.net_check and nodes > 1 else None,
         stragglers=StragglerRule(slow.straggler_ratio, slow.straggler_window, slow.straggler_action)

@@ -126,8 +126,14 @@ def _words(args) -> str:
 _NO_PYTHON = {"torchrun": " --no-python", "accelerate": " --no_python", "srun": ""}
 
 
-# Known on the node only: the job's working directory and id, left for the shell to expand.
-_SHELL_VARS = ("$SLURM_SUBMIT_DIR", "$SLURM_JOB_ID")
+# The node's folder for the ranks' node-local beats (train.heartbeat: $TMPDIR, else /tmp): mounted into
+# an image, so that the ranks there beat on the node and the hang watch outside reads the same files.
+NODE_TMP = "${TMPDIR:-/tmp}"
+# Known on the node only: the job's working directory and id, its temporary folder, left for the shell to expand.
+_SHELL_VARS = ("$SLURM_SUBMIT_DIR", "$SLURM_JOB_ID", NODE_TMP)
+# The rank hooks' package on the host (RANK_HOOKS_PACKAGE, environment.sh.j2), mounted read-only into an
+# image, which need not hold slurmgen; only where the script found it, hence an entry of its own.
+_HOOKS_MOUNT = '${RANK_HOOKS_PACKAGE:+,"$RANK_HOOKS_PACKAGE:$RANK_HOOKS_PACKAGE:ro"}'
 
 
 def _quote_keeping_vars(value: str) -> str:
@@ -141,10 +147,23 @@ def _quote_keeping_vars(value: str) -> str:
 def _container_flags(spec) -> str:
     """pyxis flags for every srun; the values quoted, since paths may hold anything."""
     quoted = []
-    for flag in container_args(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, name="slurmgen-$SLURM_JOB_ID"):
+    flags = container_args(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, name="slurmgen-$SLURM_JOB_ID", node_dir=NODE_TMP)
+    for flag in flags:
         name, _, value = flag.partition("=")
-        quoted.append(f"{name}={_quote_keeping_vars(value)} ")
+        quoted.append(f"{name}={_quote_keeping_vars(value)}{_hooks_mount(spec, name == '--container-mounts')} ")
     return "".join(quoted)
+
+
+def _container_exec(spec) -> str:
+    """apptainer's words for every step's command, quoted like the pyxis flags."""
+    words = container_exec(spec, "$SLURM_SUBMIT_DIR", spec.log_dir, node_dir=NODE_TMP)
+    return "".join(f"{_quote_keeping_vars(word)}{_hooks_mount(spec, words[i - 1:i] == ['--bind'])} "
+                   for i, word in enumerate(words))
+
+
+def _hooks_mount(spec, mounts: bool) -> str:
+    """After the list of mounts (or binds): the rank hooks' package, where the ranks run the user's code."""
+    return _HOOKS_MOUNT if mounts and spec.container_image and spec.rank_hooks_on else ""
 
 
 def _place(comp, spares: bool) -> dict:
@@ -188,14 +207,11 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "srun_flags": _words(spec.srun_args),
         # Launcher flags after slurmgen's own; a program is started as it is, without Python.
         "launcher_flags": (_NO_PYTHON[spec.launcher] if spec.exec else "") + _words(spec.launcher_args),
-        # Launch steps first take their own node's interface (the job runtime's node_iface), and in an
-        # image the rank hooks of the slurmgen there (image_rank_hooks).
-        "node_setup": ("node_iface || exit; " if by_prefix else "")
-        + ("image_rank_hooks; " if spec.container_image and spec.rank_hooks_on else ""),
+        # Launch steps first take their own node's interface (the job runtime's node_iface).
+        "node_setup": "node_iface || exit; " if by_prefix else "",
         "rank_python": "" if spec.exec else shell_quote(spec.python) + " ",
         "container_flags": _container_flags(spec),
-        "container_exec": "".join(f"{_quote_keeping_vars(word)} " for word in
-                                  container_exec(spec, "$SLURM_SUBMIT_DIR", spec.log_dir)),
+        "container_exec": _container_exec(spec),
         # pyxis cannot mount a directory that does not exist yet
         "container_dirs": container_dirs(spec, spec.log_dir) if spec.container_image else [],
         "exports": rank_exports(spec),
