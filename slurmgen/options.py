@@ -182,7 +182,19 @@ def container_choice(container: Optional[str], image: Optional[str]) -> dict:
     if runtime not in CONTAINER_RUNTIMES or not path:
         raise SpecError(f"--container {container!r}: give RUNTIME:IMAGE with RUNTIME one of"
                         f" {', '.join(CONTAINER_RUNTIMES)}, e.g. apptainer:/images/train.sif")
-    return {"container_image": path, "container_runtime": runtime}
+    return {"container_image": _image_path(container, runtime, path), "container_runtime": runtime}
+
+
+def _image_path(container: str, runtime: str, path: str) -> str:
+    """An apptainer image given relative to here is made absolute (the steps run in the job's own
+    directory) and must exist now, as --script must; an absolute path may be the nodes' own, and a
+    URI (docker://, library://) or a pyxis image is the runtime's to fetch."""
+    if runtime == "pyxis" or "://" in path or os.path.isabs(path):
+        return path
+    if not os.path.exists(path):
+        raise SpecError(f"--container {container!r}: no such image {os.path.abspath(path)!r}; give an existing"
+                        " file, or an absolute path the nodes see")
+    return os.path.abspath(path)
 
 
 def installed_release() -> Optional[str]:
