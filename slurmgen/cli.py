@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 
@@ -12,6 +13,7 @@ import cloup
 from slurmgen import __version__
 from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
+from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
@@ -72,7 +74,7 @@ def render_command(ctx, output, show_config, check_first, **params):
     try:
         check_output_path(output)
         spec = spec_from_options(params)
-        vetting = start_vetting(spec)
+        vetting = vet.start(spec)
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
@@ -92,15 +94,6 @@ def render_command(ctx, output, show_config, check_first, **params):
     for line in notes:
         click.echo(f"slurmgen: {line}", err=True)
     click.echo(_render_summary(ctx, plan, output, files), err=to_stdout)
-
-
-def start_vetting(spec, ask_cluster: bool = True):
-    """The checks that ask this machine (site.vet), started: they run while the script is rendered."""
-    from slurmgen.plan import sweep
-    from slurmgen.site.vet import Vetting
-
-    runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args) if spec.sweep else ()
-    return Vetting(spec, runs, ask_cluster)
 
 
 def judge(vetting, scripts, resume_advice: bool = True) -> list:
@@ -222,7 +215,7 @@ def check_command(**params):
     """
     try:
         spec = spec_from_options(params)
-        vetting = start_vetting(spec)
+        vetting = vet.start(spec)
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
@@ -257,6 +250,9 @@ def fit_command(as_json, **params):
     sys.exit(0 if result.ok else 1)
 
 
+JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?(\+[0-9]+)?\Z", re.A)
+
+
 @cli.command("watch", short_help="Follow a job (or a sweep's jobs) to its end: state, step, loss.")
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
@@ -276,6 +272,10 @@ def watch_command(job_ids, output_dir, interval, timeout):
     from slurmgen.observe.watch import watch
     from slurmgen.observe.watch_sweep import follows_sweep, sweep_ok, sweep_summary, watch_sweep
 
+    for job_id in job_ids:  # scontrol would answer nothing, and the watch print UNKNOWN
+        if not JOB_ID.match(job_id):
+            fail(f"JOB_ID {job_id!r}: not a Slurm job id; give its number (1234), an array task (1234_7) or a het"
+                 " component (1234+1)")
     if not follows_sweep(job_ids):
         state = watch(job_ids[0], output_dir and os.path.abspath(output_dir), interval, timeout)
         click.echo(f"job {job_ids[0]}: {state}")

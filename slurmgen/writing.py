@@ -41,7 +41,7 @@ def write_atomically(path: str, text: str) -> None:
         raise
 
 
-def make_log_dir(path: str) -> str:
+def make_log_dir(path: str, option: str = "--log-dir") -> str:
     """Create --log-dir; returns the outermost directory made now ("" when it existed), for undo().
     A directory that cannot be made (/proc/x, a path through a file) is one line, exit 2."""
     outermost, parent = "", os.path.abspath(path)
@@ -50,7 +50,7 @@ def make_log_dir(path: str) -> str:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
-        fail(f"--log-dir {path!r}: cannot create it: {err.strerror or err}")
+        fail(f"{option} {path!r}: cannot create it: {err.strerror or err}")
     return outermost
 
 

@@ -8,6 +8,15 @@ from __future__ import annotations
 from slurmgen.site import limits, shell_syntax, train_args
 
 
+def start(spec, ask_cluster: bool = True) -> "Vetting":
+    """The checks, started (a sweep's runs each have their training arguments): they run while the
+    command renders or submits. Raises SpecError for what needs no waiting (a missing model)."""
+    from slurmgen.plan import sweep
+
+    runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args) if spec.sweep else ()
+    return Vetting(spec, runs, ask_cluster)
+
+
 class Vetting:
     def __init__(self, spec, runs=(), ask_cluster: bool = True):
         self.spec = spec

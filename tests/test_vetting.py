@@ -1,0 +1,226 @@
+"""Issue 43: what render, check and submit accept does not fail after the queue wait. Each value that
+would is refused before anything is written: one line, exit 2, no traceback, no file (site/vet.py)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+DDP = ["--module", "train.ddp_loop", "--", "--model_name_or_path", "m", "--dataset", "d", "--output_dir", "o"]
+
+
+def refused(result, message: str, where: Path) -> None:
+    assert (result.exit_code, result.stderr, result.stdout) == (2, f"slurmgen: error: {message}\n", "")
+    assert os.listdir(where) == []
+
+
+def fake_bin(tmp_path: Path, name: str, body: str) -> Path:
+    """A stand-in program first on PATH."""
+    bin_dir = tmp_path.parent / f"{tmp_path.name}-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+    (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+# ------------------------------------------------------------------ item 1: accepted, broken later
+def test_setup_line_that_bash_cannot_parse_is_refused(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--setup", "module load cuda; echo \"x")
+    refused(result, "--setup 'module load cuda; echo \"x': not a shell line bash can parse"
+                    " (line 1: unexpected EOF while looking for matching `\"')", tmp_path)
+
+
+@pytest.mark.machine_vetting
+@pytest.mark.parametrize("extra,message", [
+    (["--max_stepz", "100"], "unrecognized arguments: --max_stepz 100"),
+    (["--lr", "abc"], "argument --lr: invalid float value: 'abc'"),
+])
+def test_training_arguments_are_parsed_by_the_entry_points_parser(extra, message, render_args, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    result = render_args("render", *DDP, *extra)
+    refused(result, f"training arguments for train.ddp_loop: {message} (its own parser's verdict)", tmp_path)
+
+
+@pytest.mark.machine_vetting
+def test_sft_arguments_are_parsed_by_trls_parser(render_args, tmp_path, monkeypatch):
+    """The brief's own example on train.sft (TRL's parser: some seconds, for its import)."""
+    from conftest import need
+
+    need("trl")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    result = render_args("render", "--", "--model_name_or_path", "m", "--dataset_name", "d", "--learning_rate", "abc")
+    refused(result, "training arguments for train.sft: argument --learning_rate/--learning-rate: invalid float value:"
+                    " 'abc' (its own parser's verdict)", tmp_path)
+
+
+@pytest.mark.machine_vetting
+def test_accepted_arguments_are_remembered(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path.parent / f"{tmp_path.name}-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert render_args("render", *DDP).exit_code == 0
+    assert len(list((cache / "slurmgen" / "train-args").iterdir())) == 1
+
+
+@pytest.mark.machine_vetting
+def test_training_arguments_not_checked_where_the_parser_cannot_run(render_args, tmp_path, monkeypatch):
+    """A login node without TRL: one line says so, and the script is written."""
+    shadow = tmp_path.parent / f"{tmp_path.name}-shadow"
+    for name in ("trl", "transformers"):
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--", "--model_name_or_path", "m", "--dataset_name", "d")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("slurmgen: training arguments not checked: train.sft's parser cannot run here"
+                             " (No module named 'transformers'; pip install 'slurmgen[train]')\n")
+    assert (tmp_path / "generated.sh").exists()
+
+
+@pytest.mark.machine_vetting
+@pytest.mark.parametrize("module", ["train.sft", "train.classify", "train.ddp_loop"])
+def test_a_shipped_entry_point_without_a_model_is_refused(module, render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--module", module, "--", "--output_dir", "o")
+    refused(result, f"training arguments for {module}: no model; give one after --, e.g. -- --model_name_or_path"
+                    " Qwen/Qwen2.5-0.5B (a hub name or a directory the nodes see)", tmp_path)
+
+
+@pytest.mark.machine_vetting
+def test_a_sweep_run_is_checked_too(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    result = render_args("render", "--sweep", "lr=1e-3,abc", *DDP)
+    refused(result, "training arguments for train.ddp_loop: argument --lr: invalid float value: 'abc'"
+                    " (its own parser's verdict)", tmp_path)
+
+
+def test_relative_container_image_is_made_absolute_and_must_exist(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--container", "apptainer:img.sif")
+    refused(result, f"--container 'apptainer:img.sif': no such image '{tmp_path}/img.sif'; give an existing file,"
+                    " or an absolute path the nodes see", tmp_path)
+    (tmp_path / "img.sif").write_text("")
+    result = render_args("render", "-o", "-", "--container", "apptainer:img.sif")
+    assert result.exit_code == 0, result.output
+    assert f"apptainer exec --nv {tmp_path}/img.sif" in result.stdout or f"{tmp_path}/img.sif" in result.stdout
+
+
+NEVER_RESUMES = "from transformers import Trainer\ntrainer = Trainer(model=None)\ntrainer.train()\n"
+
+
+def test_script_that_never_resumes_is_warned_when_requeued(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(NEVER_RESUMES)
+    result = render_args("render", "--script", "train.py")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (f"slurmgen: warning: {tmp_path}/train.py:3: trainer.train() passes no resume_from_checkpoint:"
+                             " a requeued run (time limit, preemption, retry) starts again from step 0; render with"
+                             " --resume auto, or pass resume_from_checkpoint=True\n")
+    for quiet in (["--resume", "auto"], ["--max-restarts", "0", "--max-failures", "0"]):
+        assert render_args("render", "--script", "train.py", *quiet).stderr == ""
+
+
+def test_script_that_is_no_python_is_refused(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("def broken(:\n")
+    result = render_args("render", "-o", "-", "--script", "train.py")
+    assert (result.exit_code, result.stderr) == (
+        2, f"slurmgen: error: --script '{tmp_path}/train.py': not Python that runs (line 1: invalid syntax)\n")
+
+
+@pytest.mark.machine_vetting
+def test_gpus_above_what_any_node_has_are_refused(render_args, tmp_path, monkeypatch):
+    bin_dir = fake_bin(tmp_path, "sinfo", "printf 'node1|gpu*|gpu:4|idle|8|none|1000\\nnode2|gpu*|gpu:a100:8(S:0-1)|idle|8|none|1000\\n'")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--module", "x.y", "--gpus", "99999")
+    refused(result, "--gpus '99999': 99999 GPUs on one node, but no node of this cluster has more than 8 (sinfo)",
+            tmp_path)
+    assert render_args("render", "-o", "-", "--module", "x.y", "--gpus", "8").exit_code == 0
+
+
+@pytest.mark.machine_vetting
+def test_gpus_above_the_ceiling_where_sinfo_does_not_answer(render_args, tmp_path, monkeypatch):
+    bin_dir = fake_bin(tmp_path, "sinfo", "echo 'sinfo: error: unable to contact the controller' >&2; exit 1")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--module", "x.y", "--gpus", "99999")
+    refused(result, "--gpus '99999': 99999 GPUs on one node; slurmgen takes at most 64 (sinfo does not answer here"
+                    " to say what the nodes have)", tmp_path)
+    assert render_args("render", "-o", "-", "--module", "x.y", "--gpus", "16").exit_code == 0
+
+
+# ------------------------------------------------------------------ item 6
+def test_time_help_names_minutes_and_seconds(render_args):
+    help_text = " ".join(render_args("render", "--help").stdout.split())
+    assert "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (25:00 is 25 minutes, not hours)" in help_text
+
+
+@pytest.mark.parametrize("time,line", [
+    ("25:00", "  time limit: 25:00 = 25 min; the ranks checkpoint and the job requeues 180 s before it"),
+    ("1-02:03:04", "  time limit: 1-02:03:04 = 1 d 2 h 3 min 4 s; the ranks checkpoint and the job requeues 180 s"
+                   " before it"),
+    (None, "  time limit: none given (the partition's default); the ranks checkpoint and the job requeues 180 s"
+           " before it"),
+])
+def test_summary_echoes_the_time_limit(time, line, render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", *(["--time", time] if time else []))
+    assert line in result.stdout.splitlines()
+
+
+def test_grace_zero_writes_no_signal_at_zero(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--grace", "0")
+    refused(result, "--grace 0: must be at least 15 seconds: the ranks checkpoint for 5 s at least after the"
+                    " warning, and the requeue needs 10 s before the time limit", tmp_path)
+    assert "#SBATCH --signal=B:USR2@15\n" in render_args("render", "-o", "-", "--grace", "15").stdout
+
+
+BROKEN_SBATCH = """echo 'sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2
+echo 'sbatch: error: fetch_config: DNS SRV lookup failed' >&2
+echo 'sbatch: error: _establish_config_source: failed to fetch config' >&2
+echo 'sbatch: fatal: Could not establish a configuration source' >&2
+exit 1"""
+
+
+def test_submit_with_a_broken_slurm_quotes_the_fatal_line_and_leaves_nothing(render_args, tmp_path, monkeypatch):
+    bin_dir = fake_bin(tmp_path, "sbatch", BROKEN_SBATCH)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    result = render_args("submit", "--module", "x.y")
+    assert (result.exit_code, result.stderr) == (1, "slurmgen: error: sbatch: fatal: Could not establish a"
+                                                    " configuration source\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_submit_refuses_a_setup_line_bash_cannot_parse(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("submit", "--module", "x.y", "--setup", "echo 'x")
+    refused(result, "--setup \"echo 'x\": not a shell line bash can parse (line 1: unexpected EOF while looking for"
+                    " matching `'')", tmp_path)
+
+
+@pytest.mark.parametrize("log_dir,why", [("/proc/nope", "No such file or directory"),
+                                         ("/etc/passwd/x", "Not a directory")])
+def test_submit_log_dir_that_cannot_be_made(log_dir, why, render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("submit", "--module", "x.y", "--log-dir", log_dir)
+    refused(result, f"--log-dir '{log_dir}': cannot create it: {why}", tmp_path)
+
+
+@pytest.mark.parametrize("job_id", ["abc", "12a", "1234_", "١٢"])
+def test_watch_refuses_what_is_no_job_id(job_id, render_args):
+    result = render_args("watch", job_id)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (f"slurmgen: error: JOB_ID {job_id!r}: not a Slurm job id; give its number (1234), an"
+                             " array task (1234_7) or a het component (1234+1)\n")
