@@ -42,8 +42,17 @@ class CommandLine:
              " directories bound), pyxis:IMAGE (as --container-image).")
 
 
+class _FilePath(click.Path):
+    """click.Path, with a NUL in the name (a profile can hold one) a usage error, not a traceback."""
+
+    def convert(self, value, param, ctx):
+        if "\0" in str(value):
+            self.fail(f"{value!r}: a file name has no NUL character", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 # A click type beyond what the field's type says.
-CLICK_TYPES = {"setup_file": click.Path(dir_okay=False)}
+CLICK_TYPES = {"setup_file": _FilePath(dir_okay=False)}
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,8 @@ def _setup(raw: dict) -> dict:
             text = Path(raw["setup_file"]).read_text()
         except OSError as err:
             raise SpecError(f"--setup-file {raw['setup_file']!r}: {err.strerror}") from None
+        except (ValueError, UnicodeDecodeError):  # a NUL in the name (a profile's), or no text in the file
+            raise SpecError(f"--setup-file {raw['setup_file']!r}: not a readable text file") from None
         lines += [line for line in text.splitlines() if line.strip()]
     return {"setup": tuple(lines)}
 
