@@ -244,7 +244,7 @@ def _nodelist(raw: dict) -> dict:
 
     try:
         return {"nodelist": tuple(hostlist.expand_hostlist(raw["nodelist"]))}
-    except hostlist.BadHostlist as err:
+    except (hostlist.BadHostlist, ValueError) as err:  # ValueError: digits int() refuses
         raise SpecError(f"--nodelist {raw['nodelist']!r}: {err}") from None
 
 

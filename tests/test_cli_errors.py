@@ -120,6 +120,7 @@ CASES = [
      "--nodelist 'node[1-2]' and --exclude 'node1': node1 in both; Slurm would never start the job"),
     (["--log-dir", "/proc/nope"], "--log-dir '/proc/nope': cannot create it: No such file or directory"),
     (["--log-dir", "/etc/passwd/x"], "--log-dir '/etc/passwd/x': cannot create it: Not a directory"),
+    (["--nodelist", "9" * 5000], "--nodelist '99999999999999999999'...: a host name is at most 64 characters"),
     (["--setup-file", "a\0b"], "Invalid value for '--setup-file': 'a\\x00b': a file name has no NUL character"),
     (["--grace", "14"], "--grace 14: must be at least 15 seconds: the ranks checkpoint for 5 s at least after the"
                         " warning, and the requeue needs 10 s before the time limit"),

@@ -224,3 +224,16 @@ def test_watch_refuses_what_is_no_job_id(job_id, render_args):
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (f"slurmgen: error: JOB_ID {job_id!r}: not a Slurm job id; give its number (1234), an"
                              " array task (1234_7) or a het component (1234+1)\n")
+
+
+@pytest.mark.parametrize("args,start", [
+    (["--nodelist", "n[1-2]", "--nodes", "2", "--exclude", "n[1-" + "9" * 5000 + "]"], "--exclude 'n[1-999"),
+    (["--nodelist", "n[1-" + "9" * 5000 + "]"], "--nodelist 'n[1-999"),
+])
+def test_host_lists_with_digits_int_refuses(args, start, render_args, tmp_path, monkeypatch):
+    """Found by test_hostile_options: python-hostlist's int() of 5,000 digits was a ValueError traceback."""
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", *args)
+    assert (result.exit_code, result.stdout, len(result.stderr.splitlines())) == (2, "", 1)
+    assert result.stderr.startswith(f"slurmgen: error: {start}")
+    assert os.listdir(tmp_path) == []

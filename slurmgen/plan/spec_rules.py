@@ -26,6 +26,7 @@ DEFAULT_PORT_RANGE = (20000, 29999)
 # The least --grace that holds the ranks' stop wait (plan.runtime.stop_wait: 5 s at least) and the
 # requeue's STOP_MARGIN of 10 s before the time limit: less, and the job ends before it requeues.
 MIN_GRACE = 15
+HOST_NAME_MAX = 64  # Linux's HOST_NAME_MAX
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
@@ -86,6 +87,8 @@ def check(spec) -> None:
                         f" for all nodes, or one per node ({spec.nodes})")
     for host in spec.nodelist:
         _check_word("--nodelist", host)
+        if len(host) > HOST_NAME_MAX:  # and hostlist's int() of its digits fails beyond 4,300
+            raise SpecError(f"--nodelist {host[:20]!r}...: a host name is at most {HOST_NAME_MAX} characters")
     if spec.nodelist and len(spec.nodelist) != spec.nodes:
         raise SpecError(
             f"--nodelist {','.join(spec.nodelist)!r}: names {len(spec.nodelist)} nodes"
@@ -114,7 +117,7 @@ def _pinned_and_excluded(spec) -> None:
 
     try:
         excluded = set(hostlist.expand_hostlist(spec.exclude))
-    except hostlist.BadHostlist as err:
+    except (hostlist.BadHostlist, ValueError) as err:  # ValueError: digits int() refuses
         raise SpecError(f"--exclude {spec.exclude!r}: {err}") from None
     both = [host for host in spec.nodelist if host in excluded]
     if both:
