@@ -74,14 +74,16 @@ def render_command(ctx, output, show_config, check_first, **params):
     try:
         check_output_path(output)
         spec = spec_from_options(params)
-        vetting = vet.start(spec)
+        vetting = vet.start(spec, parse_args=check_first)  # the training arguments' parser: --check only
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
     to_stdout = output == "-"
     files = _render_files(plan, output)
     notes = judge(vetting, list(files.values()))
-    if check_first and not run_check(plan, err=to_stdout, alternatives=_alternatives(params, spec)):
+    if vetting.no_model and not check_first:  # --check fails with it instead
+        notes.insert(0, f"warning: {vetting.no_model}")
+    if check_first and not run_check(plan, err=to_stdout, alternatives=_alternatives(params, spec), vetting=vetting):
         sys.exit(1)
     if spec.offline:
         from slurmgen.site.prefetch import PrefetchError, prefetch
@@ -148,9 +150,10 @@ def _alternatives(params: dict, spec) -> list:
         fail(str(err), 1)
 
 
-def run_check(plan, err=False, alternatives=()) -> bool:
+def run_check(plan, err=False, alternatives=(), vetting=None) -> bool:
     """The verdict, then (when the layout can run) Slurm's start estimate for it and for the
-    other layouts --gpus auto considered (label, spec)."""
+    other layouts --gpus auto considered (label, spec). vetting: its training arguments' findings
+    (no model, the parser's refusal) fail the check too."""
     from datetime import datetime
 
     from slurmgen.site import estimate
@@ -162,6 +165,8 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     except ClusterError as error:
         fail(f"cannot ask the cluster: {error}", 1)
     verdict = assess(plan, cluster)
+    if vetting:
+        verdict = vetting.findings(verdict)
     if plan.spec.gpu_mem and train_arg(plan.spec.train_args, "--model_name_or_path", "--model-name-or-path"):
         verdict = _fit_check(plan.spec, verdict)
     if plan.spec.script:
@@ -215,13 +220,12 @@ def check_command(**params):
     """
     try:
         spec = spec_from_options(params)
-        vetting = vet.start(spec)
+        vetting = vet.start(spec, parse_args=True)
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
-    for line in judge(vetting, [render(plan)], resume_advice=False):  # --script's reading says it
-        click.echo(f"slurmgen: {line}", err=True)
-    sys.exit(0 if run_check(plan, alternatives=_alternatives(params, spec)) else 1)
+    judge(vetting, [render(plan)], resume_advice=False)  # --script's reading says what never resumes
+    sys.exit(0 if run_check(plan, alternatives=_alternatives(params, spec), vetting=vetting) else 1)
 
 
 @cli.command("fit", short_help="Say what would fit on the GPUs before queueing.")

@@ -33,74 +33,204 @@ def test_setup_line_that_bash_cannot_parse_is_refused(render_args, tmp_path, mon
                     " (line 1: unexpected EOF while looking for matching `\"')", tmp_path)
 
 
+SINFO = "node1|gpu*|gpu:1|idle|16|none|128000\nnode2|gpu*|gpu:1|idle|16|none|128000\n" \
+        "node3|gpu*|gpu:2|idle|32|none|128000\nnode4|gpu*|gpu:2|idle|32|none|128000\n"
+ARGS_FAIL = "result: the layout can run, but the training arguments would fail on every rank after the queue wait"
+
+
+@pytest.fixture
+def cluster_here(monkeypatch, tmp_path):
+    """`check` against a fixed 1,1,2,2 cluster: no sinfo, no sbatch --test-only asked; a fresh
+    cache of accepted arguments; the working directory is tmp_path."""
+    from datetime import datetime
+
+    from slurmgen.site import cluster, estimate, limits
+
+    monkeypatch.setattr(cluster, "query", lambda: cluster.ClusterInfo("slurm 22.05.8", *cluster.parse_sinfo(SINFO)))
+    monkeypatch.setattr(estimate, "ask", lambda script: estimate.Estimate(datetime.now(), "node[1-4]"))
+    monkeypatch.setattr(limits, "Asking", limits.NoAnswer)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
+    monkeypatch.chdir(tmp_path)
+
+
+def no_sinfo(monkeypatch):
+    from slurmgen.site import limits
+
+    monkeypatch.setattr(limits, "Asking", limits.NoAnswer)
+
+
+def no_parser(monkeypatch):
+    """The training arguments' parser must not be started (plain render, submit)."""
+    from slurmgen.site import train_args
+
+    def refuse(*args):
+        raise AssertionError("the training arguments' parser was started")
+
+    monkeypatch.setattr(train_args, "ArgsCheck", refuse)
+
+
 @pytest.mark.machine_vetting
 @pytest.mark.parametrize("extra,message", [
     (["--max_stepz", "100"], "unrecognized arguments: --max_stepz 100"),
     (["--lr", "abc"], "argument --lr: invalid float value: 'abc'"),
 ])
-def test_training_arguments_are_parsed_by_the_entry_points_parser(extra, message, render_args, tmp_path,
-                                                                  monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
-    result = render_args("render", *DDP, *extra)
-    refused(result, f"training arguments for train.ddp_loop: {message} (its own parser's verdict)", tmp_path)
+def test_check_fails_for_what_the_entry_points_parser_refuses(extra, message, render_args, cluster_here, tmp_path):
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", *DDP, *extra)
+    assert (result.exit_code, result.stderr) == (1, ""), result.output
+    assert result.stdout.splitlines()[-2:] == [
+        f"training arguments for train.ddp_loop: {message} (its own parser's verdict)", ARGS_FAIL]
 
 
 @pytest.mark.machine_vetting
-def test_sft_arguments_are_parsed_by_trls_parser(render_args, tmp_path, monkeypatch):
+def test_render_check_fails_for_what_the_parser_refuses_and_writes_nothing(render_args, cluster_here, tmp_path):
+    result = render_args("render", "--check", "--nodes", "4", "--gpus", "1,1,2,2", *DDP, "--max_stepz", "100")
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-2:] == [
+        "training arguments for train.ddp_loop: unrecognized arguments: --max_stepz 100 (its own parser's verdict)",
+        ARGS_FAIL]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.machine_vetting
+def test_check_parses_sft_arguments_with_trls_parser(render_args, cluster_here, tmp_path):
     """The brief's own example on train.sft (TRL's parser: some seconds, for its import)."""
     from conftest import need
 
     need("trl")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
-    result = render_args("render", "--", "--model_name_or_path", "m", "--dataset_name", "d", "--learning_rate", "abc")
-    refused(result, "training arguments for train.sft: argument --learning_rate/--learning-rate: invalid float value:"
-                    " 'abc' (its own parser's verdict)", tmp_path)
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", "--", "--model_name_or_path", "m",
+                         "--dataset_name", "d", "--learning_rate", "abc")
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-2:] == [
+        "training arguments for train.sft: argument --learning_rate/--learning-rate: invalid float value: 'abc'"
+        " (its own parser's verdict)", ARGS_FAIL]
 
 
 @pytest.mark.machine_vetting
-def test_accepted_arguments_are_remembered(render_args, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_check_passes_accepted_arguments_and_remembers_them(render_args, cluster_here, tmp_path):
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", *DDP)
+    assert result.exit_code == 0, result.output
+    assert "result: the layout can run (world size 6)" in result.stdout
+    assert "training arguments" not in result.output
     cache = tmp_path.parent / f"{tmp_path.name}-cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    assert render_args("render", *DDP).exit_code == 0
     assert len(list((cache / "slurmgen" / "train-args").iterdir())) == 1
 
 
 @pytest.mark.machine_vetting
-def test_training_arguments_not_checked_where_the_parser_cannot_run(render_args, tmp_path, monkeypatch):
-    """A login node without TRL: one line says so, and the script is written."""
+def test_check_says_the_arguments_were_not_checked_where_the_parser_cannot_run(render_args, cluster_here, tmp_path,
+                                                                                monkeypatch):
+    """A login node without TRL: one line of the check's output says so, and fails nothing."""
     shadow = tmp_path.parent / f"{tmp_path.name}-shadow"
     for name in ("trl", "transformers"):
         (shadow / name).mkdir(parents=True)
         (shadow / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
     monkeypatch.setenv("PYTHONPATH", str(shadow))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
-    monkeypatch.chdir(tmp_path)
-    result = render_args("render", "--", "--model_name_or_path", "m", "--dataset_name", "d")
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", "--", "--model_name_or_path", "m",
+                         "--dataset_name", "d")
     assert result.exit_code == 0, result.output
-    assert result.stderr == ("slurmgen: training arguments not checked: train.sft's parser cannot run here"
-                             " (No module named 'transformers'; pip install 'slurmgen[train]')\n")
+    lines = result.stdout.splitlines()
+    assert lines[-3:-1] == ["training arguments not checked: train.sft's parser cannot run here"
+                            " (No module named 'transformers'; pip install 'slurmgen[train]')",
+                            "result: the layout can run (world size 6)"]
+    assert result.stderr == ""
+
+
+@pytest.mark.machine_vetting
+def test_a_sweep_run_is_checked_too(render_args, cluster_here, tmp_path):
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", "--sweep", "lr=1e-3,abc", *DDP)
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-2:] == [
+        "training arguments for train.ddp_loop: argument --lr: invalid float value: 'abc' (its own parser's verdict)",
+        ARGS_FAIL]
+
+
+@pytest.mark.machine_vetting
+def test_plain_render_never_runs_the_parser(render_args, tmp_path, monkeypatch):
+    """Render stays quick (issue 43 item 7): the parser imports TRL, seconds for each new argument list."""
+    no_parser(monkeypatch)
+    no_sinfo(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", *DDP, "--max_stepz", "100")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
     assert (tmp_path / "generated.sh").exists()
 
 
 @pytest.mark.machine_vetting
+@pytest.mark.parametrize("command", ["submit", "submit --detach"])
+def test_submit_never_runs_the_parser(command, render_args, tmp_path, monkeypatch):
+    """Submit queues at once, and CI's end-to-end tests submit many argument lists: no parser; here the
+    submission reaches sbatch (a stand-in that refuses, so nothing is queued)."""
+    no_parser(monkeypatch)
+    bin_dir = fake_bin(tmp_path, "sbatch", BROKEN_SBATCH)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    no_sinfo(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    result = render_args(*command.split(), *DDP, "--max_stepz", "100")
+    assert (result.exit_code, result.stderr) == (1, "slurmgen: error: sbatch: fatal: Could not establish a"
+                                                    " configuration source\n")
+
+
+# ------------------------------------------------------------------ a shipped entry point without a model
+def no_model(module: str) -> str:
+    return (f"no model: {module} would fail on every rank after the queue wait; give one after --, e.g."
+            " -- --model_name_or_path Qwen/Qwen2.5-0.5B")
+
+
 @pytest.mark.parametrize("module", ["train.sft", "train.classify", "train.ddp_loop"])
-def test_a_shipped_entry_point_without_a_model_is_refused(module, render_args, tmp_path, monkeypatch):
+def test_render_without_a_model_warns_and_writes_the_script(module, render_args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = render_args("render", "--module", module, "--", "--output_dir", "o")
-    refused(result, f"training arguments for {module}: no model; give one after --, e.g. -- --model_name_or_path"
-                    " Qwen/Qwen2.5-0.5B (a hub name or a directory the nodes see)", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"slurmgen: warning: {no_model(module)}\n"
+    assert (tmp_path / "generated.sh").exists()
+    assert "wrote generated.sh" in result.stdout
+
+
+def test_render_with_a_model_or_a_config_file_does_not_warn(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args in (["--", "--model_name_or_path", "m"], ["--", "--model-name-or-path", "m"],
+                 ["--", "--config", "sft.yaml"],  # TRL's config file may name the model
+                 ["--module", "my.own"], ["--exec", "true"]):
+        result = render_args("render", "-o", "job.sh", *args)
+        assert (result.exit_code, result.stderr) == (0, ""), (args, result.output)
+
+
+def test_a_sweep_whose_runs_name_the_model_is_not_warned(render_args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = render_args("render", "--sweep", "model_name_or_path=m1,m2", "--", "--output_dir", "o")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
 
 
 @pytest.mark.machine_vetting
-def test_a_sweep_run_is_checked_too(render_args, tmp_path, monkeypatch):
+@pytest.mark.parametrize("module", ["train.sft", "train.ddp_loop"])
+def test_check_without_a_model_fails(module, render_args, cluster_here, tmp_path, monkeypatch):
+    no_parser(monkeypatch)  # the finding is made without it
+    result = render_args("check", "--nodes", "4", "--gpus", "1,1,2,2", "--module", module, "--", "--output_dir", "o")
+    assert (result.exit_code, result.stderr) == (1, ""), result.output
+    assert result.stdout.splitlines()[-2:] == [no_model(module), ARGS_FAIL]
+    result = render_args("render", "--check", "--nodes", "4", "--gpus", "1,1,2,2", "--module", module)
+    assert result.exit_code == 1 and result.stdout.splitlines()[-2:] == [no_model(module), ARGS_FAIL]
+    assert os.listdir(tmp_path) == []
+
+
+def test_submit_without_a_model_is_refused(render_args, tmp_path, monkeypatch):
+    bin_dir = fake_bin(tmp_path, "sbatch", BROKEN_SBATCH)  # were it not refused, nothing is queued
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
-    result = render_args("render", "--sweep", "lr=1e-3,abc", *DDP)
-    refused(result, "training arguments for train.ddp_loop: argument --lr: invalid float value: 'abc'"
-                    " (its own parser's verdict)", tmp_path)
+    for args in (["--", "--output_dir", "o"], ["--module", "train.classify", "--detach"]):
+        refused(render_args("submit", *args), no_model(args[1] if args[0] == "--module" else "train.sft"), tmp_path)
+
+
+def test_python_m_slurmgen_submit_without_a_model_is_refused(tmp_path):
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    bin_dir = fake_bin(tmp_path, "sbatch", BROKEN_SBATCH)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "slurmgen.submit", "--", "--output_dir", "o"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stderr, done.stdout) == (2, f"slurmgen: error: {no_model('train.sft')}\n", "")
+    assert os.listdir(tmp_path) == []
 
 
 def test_relative_container_image_is_made_absolute_and_must_exist(render_args, tmp_path, monkeypatch):

@@ -2,10 +2,10 @@
 
     python -m train.args_check MODULE ARGS_JSON     # a JSON list of argument lists, one per run
 
-`slurmgen render`, `check` and `submit` run this on the login node for the entry points slurmgen
-ships (train.sft, train.classify, train.ddp_loop): an unknown argument, a value of the wrong type or
-a missing model is one `error: ...` line and exit 2 there, not a failure on every rank after the
-wait. Exit 0 when every list parses. What only the job's nodes can judge (bf16 or fp16 on a login
+`slurmgen check` and `slurmgen render --check` run this on the login node for the entry points
+slurmgen ships (train.sft, train.classify, train.ddp_loop): an unknown argument, a value of the wrong
+type or a missing model is one `error: ...` line and exit 2 here, a finding that fails the check there,
+not a failure on every rank after the wait. Exit 0 when every list parses. What only the job's nodes can judge (bf16 or fp16 on a login
 node without that GPU) is left to the job; paths are the job's too (checked by the entry point).
 """
 

@@ -1,8 +1,9 @@
-"""The training arguments of slurmgen's own entry points, judged before anything is written: a missing
-model is refused at once; `-- --max_stepz 100` or `--learning_rate abc` by the entry point's own parser
-(train.args_check, TRL's or transformers'). That parser imports torch, so it runs as a program, started
-early (render goes on meanwhile), and an accepted command line is remembered (~/.cache/slurmgen) until
-the entry point or the libraries change."""
+"""The training arguments of slurmgen's own entry points, judged before the queue wait. A missing model
+costs nothing to see: `render` warns, `check` fails, `submit` refuses. `-- --max_stepz 100` or
+`--learning_rate abc` are judged by the entry point's own parser (train.args_check, TRL's or
+transformers'), which imports torch: seconds, so only `check` and `render --check` run it, as a program
+started early (the cluster is asked meanwhile); an accepted command line is remembered
+(~/.cache/slurmgen) until the entry point or the libraries change."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 from typing import Optional
 
 from slurmgen.plan.spec import SHIPPED_MODULES
-from slurmgen.plan.words import SpecError, train_arg
+from slurmgen.plan.words import train_arg
 from slurmgen.site.train_tools import ROOT, tool_command
 
 MODEL_FLAGS = ("--model_name_or_path", "--model-name-or-path")
@@ -60,38 +61,46 @@ class ArgsCheck:
         self.proc = subprocess.Popen(tool_command("train.args_check", [module, arg]), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
-    def verdict(self) -> str:
-        """'' when the arguments parse (or did before), else a line saying they were not checked;
-        raises SpecError with the parser's refusal."""
+    def verdict(self) -> tuple[str, bool]:
+        """(line, refused): the parser's refusal (refused), or a line saying the arguments were not
+        checked and why; ("", False) when they parse (or did before)."""
         if self.proc is None:
-            return ""
+            return "", False
         out, err = (b.decode(errors="replace") for b in self.proc.communicate())
         refused = [line[len("error: "):] for line in out.splitlines() if line.startswith("error: ")]
         if self.proc.returncode == 2 and refused:
-            raise SpecError(f"training arguments for {self.module}: {refused[0]} (its own parser's verdict)")
+            return f"training arguments for {self.module}: {refused[0]} (its own parser's verdict)", True
         if self.proc.returncode != 0:
             why = ([line for line in err.splitlines() if line.strip()] or [f"exit status {self.proc.returncode}"])[-1]
             return (f"training arguments not checked: {self.module}'s parser cannot run here"
-                    f" ({why.split(': ', 1)[-1]}; pip install 'slurmgen[train]')")
+                    f" ({why.split(': ', 1)[-1]}; pip install 'slurmgen[train]')"), False
         _remember(self.cached)
+        return "", False
+
+
+def missing_model(spec, runs=()) -> str:
+    """The line for a shipped entry point's command line without a model (every one loads a model, so
+    every rank would stop after the queue wait), or "". TRL's --config file may name it (train.sft)."""
+    name, lists = _shipped(spec, runs)
+    if not name:
         return ""
-
-
-def _needs_model(module: str, lists: list[list[str]]) -> None:
-    """Every shipped entry point loads a model: a command line without one would stop every rank after
-    the queue wait. TRL's --config file may name it (train.sft), so that is the parser's to judge."""
     for argv in lists:
-        if train_arg(argv, *MODEL_FLAGS) is None and train_arg(argv, "--config") is None:
-            raise SpecError(f"training arguments for {module}: no model; give one after --, e.g."
-                            " -- --model_name_or_path Qwen/Qwen2.5-0.5B (a hub name or a directory the nodes see)")
+        if train_arg(argv, *MODEL_FLAGS) is None and not (name == "train.sft" and train_arg(argv, "--config")):
+            return (f"no model: {name} would fail on every rank after the queue wait; give one after --, e.g."
+                    " -- --model_name_or_path Qwen/Qwen2.5-0.5B")
+    return ""
+
+
+def _shipped(spec, runs=()) -> tuple[str, list[list[str]]]:
+    """(module, one argument list per run) for an entry point slurmgen ships; ("", []) for any other
+    target (a user's module, script or program parses its own)."""
+    kind, name = spec.target
+    if kind != "module" or name not in SHIPPED_MODULES:
+        return "", []
+    return name, [list(run.train_args) for run in runs] or [list(spec.train_args)]
 
 
 def start(spec, runs=()) -> Optional[ArgsCheck]:
-    """The check of a job's training arguments, started; None for a target slurmgen does not ship (a
-    user's module, script or program parses its own). Raises SpecError for a missing model."""
-    kind, name = spec.target
-    if kind != "module" or name not in SHIPPED_MODULES:
-        return None
-    lists = [list(run.train_args) for run in runs] or [list(spec.train_args)]
-    _needs_model(name, lists)
-    return ArgsCheck(name, lists)
+    """The parse of a job's training arguments, started; None for a target slurmgen does not ship."""
+    name, lists = _shipped(spec, runs)
+    return ArgsCheck(name, lists) if name else None
