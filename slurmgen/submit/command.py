@@ -240,12 +240,12 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         spec = spec_from_options(params)
         check_submittable(spec, click.get_current_context().command_path)  # as typed: slurmgen submit, python -m ...
         vetting = vet.start(spec, ask_cluster=not local)  # never the training arguments' parser: seconds
-        if vetting.no_model:  # it queues at once: refused, where render only warns
-            raise SpecError(vetting.no_model)
         notes = vetting.judge()  # what would fail after the queue wait: setup lines, GPUs
     except SpecError as err:
         fail(str(err))
     _can_make(spec.log_dir, folder)
+    if vetting.no_model:  # it queues at once: refused, where render only warns
+        fail(vetting.no_model)
     for line in notes:
         click.echo(f"slurmgen: {line}", err=True)
     if local and (spec.after or spec.sweep):
