@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 
@@ -12,37 +13,14 @@ import cloup
 from slurmgen import __version__
 from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
+from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
-from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
+from slurmgen.script.render import command_word, needs_submitter, render, render_prep, render_submitter
 from slurmgen.plan.words import SpecError, compact_gpus, train_arg
 from slurmgen.submit import submit_command
-
-
-def _check_output_path(output: str) -> None:
-    if output == "-":
-        return
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise SpecError(f"-o {output!r}: directory {parent!r} does not exist")
-    if os.path.isdir(output):
-        raise SpecError(f"-o {output!r}: is a directory; give a file name")
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write to a temporary file beside the target, then rename: never a half-written script."""
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+from slurmgen.writing import check_output_path, sibling_path, write_files
 
 
 def invoked_command(argv=None) -> str:
@@ -53,7 +31,7 @@ def invoked_command(argv=None) -> str:
             args[i + 1] = compact_gpus(args[i + 1])
         elif arg.startswith("--gpus="):
             args[i] = "--gpus=" + compact_gpus(arg[len("--gpus="):])
-    return shlex.join(["slurmgen", *args])
+    return " ".join(command_word(word) for word in ["slurmgen", *args])
 
 
 @click.group(cls=OneLineGroup, invoke_without_command=True,
@@ -94,12 +72,18 @@ def render_command(ctx, output, show_config, check_first, **params):
         click.echo(describe_settings(ctx, params))
         return
     try:
-        _check_output_path(output)
+        check_output_path(output)
         spec = spec_from_options(params)
+        vetting = vet.start(spec, parse_args=check_first)  # the training arguments' parser: --check only
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
-    if check_first and not run_check(plan, err=output == "-", alternatives=_alternatives(params, spec)):
+    to_stdout = output == "-"
+    files = _render_files(plan, output)
+    notes = judge(vetting, list(files.values()))
+    if vetting.no_model and not check_first:  # --check fails with it instead
+        notes.insert(0, f"warning: {vetting.no_model}")
+    if check_first and not run_check(plan, err=to_stdout, alternatives=_alternatives(params, spec), vetting=vetting):
         sys.exit(1)
     if spec.script and not check_first:
         _say_layout_limits(spec.script, node_gpus(plan))
@@ -110,17 +94,41 @@ def render_command(ctx, output, show_config, check_first, **params):
             prefetch(spec, log=lambda line: click.echo(line, err=True))
         except PrefetchError as err:
             fail(str(err), 1)
+    write_files(files, spec.log_dir)
+    for line in notes:
+        click.echo(f"slurmgen: {line}", err=True)
+    click.echo(_render_summary(ctx, plan, output, files), err=to_stdout)
+
+
+def judge(vetting, scripts, resume_advice: bool = True) -> list:
+    """The vetting's verdict: one line and exit 2 for a value that would fail after the queue wait;
+    else the notes to show."""
+    try:
+        return vetting.judge(scripts, resume_advice)
+    except SpecError as err:
+        fail(str(err))
+
+
+def _render_files(plan, output: str) -> dict:
+    """Path -> text of every file render writes: the script, and with a het sweep or --prep the
+    script that submits them (and the prep job) beside it."""
     text = render(plan, command=invoked_command())
-    to_stdout = output == "-"
-    submitter = sibling_path(output, "submit") if needs_submitter(plan) else None
-    if submitter and to_stdout:
+    if not needs_submitter(plan):
+        return {output: text}
+    if output == "-":
         fail("-o -: a sweep of heterogeneous jobs or --prep is written to files, with the script that"
              " submits them beside it; give -o FILE")
-    os.makedirs(spec.log_dir, exist_ok=True)
-    if to_stdout:
-        sys.stdout.write(text)
-    else:
-        write_atomically(output, text)
+    files = {output: text}
+    prep = sibling_path(output, "prep") if plan.spec.prep else ""
+    if prep:
+        files[prep] = render_prep(plan)
+    files[sibling_path(output, "submit")] = render_submitter(plan, os.path.abspath(output),
+                                                              prep and os.path.abspath(prep))
+    return files
+
+
+def _render_summary(ctx, plan, output: str, files: dict) -> str:
+    spec = plan.spec
     info = summary(plan)
     profile = ctx.meta.get("slurmgen.profile")
     if profile and profile[1]:
@@ -128,23 +136,13 @@ def render_command(ctx, output, show_config, check_first, **params):
     if spec.container_image:
         info += (f"\nin the container: every step; on the host, outside it: the batch script's own checks"
                  f" (python -m slurmgen.*), so {spec.python} there must import slurmgen (the job checks first)")
-    if submitter:
-        prep = ""
-        if spec.prep:
-            prep = sibling_path(output, "prep")
-            write_atomically(prep, render_prep(plan))
-        write_atomically(submitter, render_submitter(plan, os.path.abspath(output), prep and os.path.abspath(prep)))
-        info += (f"\nwrote {output}{', ' + prep if prep else ''} and {submitter}; logs go to {spec.log_dir}"
+    if len(files) > 1:
+        *written, submitter = files
+        info += (f"\nwrote {', '.join(written)} and {submitter}; logs go to {spec.log_dir}"
                  f"\nsubmit with: bash {shlex.quote(submitter)}")
-    elif not to_stdout:
+    elif output != "-":
         info += f"\nwrote {output}; logs go to {spec.log_dir}\nsubmit with: sbatch {shlex.quote(output)}"
-    click.echo(info, err=to_stdout)
-
-
-def sibling_path(output: str, role: str) -> str:
-    """job.sh -> job-submit.sh, job-prep.sh: beside it."""
-    stem, ext = os.path.splitext(output)
-    return f"{stem}-{role}{ext or '.sh'}"
+    return info
 
 
 def _alternatives(params: dict, spec) -> list:
@@ -154,9 +152,10 @@ def _alternatives(params: dict, spec) -> list:
         fail(str(err), 1)
 
 
-def run_check(plan, err=False, alternatives=()) -> bool:
+def run_check(plan, err=False, alternatives=(), vetting=None) -> bool:
     """The verdict, then (when the layout can run) Slurm's start estimate for it and for the
-    other layouts --gpus auto considered (label, spec)."""
+    other layouts --gpus auto considered (label, spec). vetting: its training arguments' findings
+    (no model, the parser's refusal) fail the check too."""
     from datetime import datetime
 
     from slurmgen.site import estimate
@@ -168,6 +167,8 @@ def run_check(plan, err=False, alternatives=()) -> bool:
     except ClusterError as error:
         fail(f"cannot ask the cluster: {error}", 1)
     verdict = assess(plan, cluster)
+    if vetting:
+        verdict = vetting.findings(verdict)
     if plan.spec.gpu_mem and train_arg(plan.spec.train_args, "--model_name_or_path", "--model-name-or-path"):
         verdict = _fit_check(plan.spec, verdict)
     if plan.spec.script:
@@ -237,9 +238,12 @@ def check_command(**params):
     """
     try:
         spec = spec_from_options(params)
+        vetting = vet.start(spec, parse_args=True)
     except SpecError as err:
         fail(str(err))
-    sys.exit(0 if run_check(materialize(spec), alternatives=_alternatives(params, spec)) else 1)
+    plan = materialize(spec)
+    judge(vetting, [render(plan)], resume_advice=False)  # --script's reading says what never resumes
+    sys.exit(0 if run_check(plan, alternatives=_alternatives(params, spec), vetting=vetting) else 1)
 
 
 @cli.command("fit", short_help="Say what would fit on the GPUs before queueing.")
@@ -268,6 +272,9 @@ def fit_command(as_json, **params):
     sys.exit(0 if result.ok else 1)
 
 
+JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?(\+[0-9]+)?\Z", re.A)
+
+
 @cli.command("watch", short_help="Follow a job (or a sweep's jobs) to its end: state, step, loss.")
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None,
@@ -287,6 +294,10 @@ def watch_command(job_ids, output_dir, interval, timeout):
     from slurmgen.observe.watch import watch
     from slurmgen.observe.watch_sweep import follows_sweep, sweep_ok, sweep_summary, watch_sweep
 
+    for job_id in job_ids:  # scontrol would answer nothing, and the watch print UNKNOWN
+        if not JOB_ID.match(job_id):
+            fail(f"JOB_ID {job_id!r}: not a Slurm job id; give its number (1234), an array task (1234_7) or a het"
+                 " component (1234+1)")
     if not follows_sweep(job_ids):
         state = watch(job_ids[0], output_dir and os.path.abspath(output_dir), interval, timeout)
         click.echo(f"job {job_ids[0]}: {state}")

@@ -42,8 +42,17 @@ class CommandLine:
              " directories bound), pyxis:IMAGE (as --container-image).")
 
 
+class _FilePath(click.Path):
+    """click.Path, with a NUL in the name (a profile can hold one) a usage error, not a traceback."""
+
+    def convert(self, value, param, ctx):
+        if "\0" in str(value):
+            self.fail(f"{value!r}: a file name has no NUL character", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 # A click type beyond what the field's type says.
-CLICK_TYPES = {"setup_file": click.Path(dir_okay=False)}
+CLICK_TYPES = {"setup_file": _FilePath(dir_okay=False)}
 
 
 @dataclass(frozen=True)
@@ -182,7 +191,19 @@ def container_choice(container: Optional[str], image: Optional[str]) -> dict:
     if runtime not in CONTAINER_RUNTIMES or not path:
         raise SpecError(f"--container {container!r}: give RUNTIME:IMAGE with RUNTIME one of"
                         f" {', '.join(CONTAINER_RUNTIMES)}, e.g. apptainer:/images/train.sif")
-    return {"container_image": path, "container_runtime": runtime}
+    return {"container_image": _image_path(container, runtime, path), "container_runtime": runtime}
+
+
+def _image_path(container: str, runtime: str, path: str) -> str:
+    """An apptainer image given relative to here is made absolute (the steps run in the job's own
+    directory) and must exist now, as --script must; an absolute path may be the nodes' own, and a
+    URI (docker://, library://) or a pyxis image is the runtime's to fetch."""
+    if runtime == "pyxis" or "://" in path or os.path.isabs(path):
+        return path
+    if not os.path.exists(path):
+        raise SpecError(f"--container {container!r}: no such image {os.path.abspath(path)!r}; give an existing"
+                        " file, or an absolute path the nodes see")
+    return os.path.abspath(path)
 
 
 def installed_release() -> Optional[str]:
@@ -210,6 +231,8 @@ def _setup(raw: dict) -> dict:
             text = Path(raw["setup_file"]).read_text()
         except OSError as err:
             raise SpecError(f"--setup-file {raw['setup_file']!r}: {err.strerror}") from None
+        except (ValueError, UnicodeDecodeError):  # a NUL in the name (a profile's), or no text in the file
+            raise SpecError(f"--setup-file {raw['setup_file']!r}: not a readable text file") from None
         lines += [line for line in text.splitlines() if line.strip()]
     return {"setup": tuple(lines)}
 
@@ -221,7 +244,7 @@ def _nodelist(raw: dict) -> dict:
 
     try:
         return {"nodelist": tuple(hostlist.expand_hostlist(raw["nodelist"]))}
-    except hostlist.BadHostlist as err:
+    except (hostlist.BadHostlist, ValueError) as err:  # ValueError: digits int() refuses
         raise SpecError(f"--nodelist {raw['nodelist']!r}: {err}") from None
 
 

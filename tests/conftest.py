@@ -24,6 +24,20 @@ def render_args(monkeypatch):
     return run
 
 
+@pytest.fixture(autouse=True)
+def no_machine_vetting(request, monkeypatch):
+    """In-process commands ask neither this machine's sinfo (the local cluster's 1,1,2,2 would refuse
+    the 8-GPU layouts the tests render) nor the training arguments' parser (`check` and `render --check`
+    only: seconds, for TRL's import); the tests of those checks ask for them with
+    @pytest.mark.machine_vetting. The model check asks nothing, and stays."""
+    if request.node.get_closest_marker("machine_vetting"):
+        return
+    from slurmgen.site import limits, train_args
+
+    monkeypatch.setattr(limits, "Asking", limits.NoAnswer)  # GPU counts held to the stated ceiling
+    monkeypatch.setattr(train_args, "start", lambda spec, runs=(): None)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 

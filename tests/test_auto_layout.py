@@ -188,7 +188,8 @@ def test_check_adds_slurms_estimate_for_the_layout_and_the_alternatives(monkeypa
 
     monkeypatch.setattr(estimate, "ask", ask)
     result = CliRunner().invoke(cli, ["check", "--gpus", "auto", "--world-size", "5", "--cpus-per-gpu", "2",
-                                      "--log-dir", str(tmp_path)], catch_exceptions=False)
+                                      "--log-dir", str(tmp_path), "--", "--model_name_or_path", "m"],
+                                catch_exceptions=False)  # without a model, check fails
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[-2] == "start (sbatch --test-only): starts now on node[1-4]"

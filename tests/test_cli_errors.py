@@ -108,6 +108,22 @@ CASES = [
      "--launcher-arg '--tee=3': --launcher srun starts no launcher; use --srun-arg for srun's own options"),
     (["--exec", "train", "--module", "train.ddp_loop"], "--module 'train.ddp_loop' and --exec 'train': choose one"),
     (["--exec", "-x"], "--exec '-x': a program name or path on one line"),
+    # Issue 43: counts bounded, contradictions refused, paths that cannot be made, a warning at @0.
+    (["--nodes", "99999999999999999999999"], "--nodes 99999999999999999999999: at most 65536 nodes"),
+    (["--nodes", "2", "--gpus", "1x99999999999"], "--gpus '1x99999999999': '1x99999999999' is too large"),
+    (["--gpus", "8x70000"], "--gpus '8x70000': more than 65536 nodes"),
+    (["--gpus", "²"], "--gpus '²': '²' is not a positive integer GPU count"),
+    (["--time", "9" * 5000], f"--time '{'9' * 5000}': not a Slurm time; use MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM"
+                             " or D-HH:MM:SS"),
+    (["--mem", "9" * 5000], f"--mem '{'9' * 5000}': expected a size such as 64G, 512M or 0 (all)"),
+    (["--nodes", "2", "--nodelist", "node[1-2]", "--exclude", "node1"],
+     "--nodelist 'node[1-2]' and --exclude 'node1': node1 in both; Slurm would never start the job"),
+    (["--log-dir", "/proc/nope"], "--log-dir '/proc/nope': cannot create it: No such file or directory"),
+    (["--log-dir", "/etc/passwd/x"], "--log-dir '/etc/passwd/x': cannot create it: Not a directory"),
+    (["--nodelist", "9" * 5000], "--nodelist '99999999999999999999'...: a host name is at most 64 characters"),
+    (["--setup-file", "a\0b"], "Invalid value for '--setup-file': 'a\\x00b': a file name has no NUL character"),
+    (["--grace", "14"], "--grace 14: must be at least 15 seconds: the ranks checkpoint for 5 s at least after the"
+                        " warning, and the requeue needs 10 s before the time limit"),
 ]
 
 

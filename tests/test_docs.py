@@ -55,7 +55,8 @@ NOT_RUN = {
     "pip install .[report]": INSTALLS,
     "sbatch generated.sh": SUBMITS,
     "sbatch job.sh": SUBMITS,
-    "slurmgen check --nodes 4 --gpus 1,1,2,2 --partition gpu": CLUSTER,
+    "slurmgen check --nodes 4 --gpus 1,1,2,2 --partition gpu -- --model_name_or_path Qwen/Qwen2.5-0.5B "
+    "--dataset_name trl-lib/Capybara": CLUSTER,
     "slurmgen watch 1234 --output-dir runs/first": CLUSTER,
     "slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name "
     "trl-lib/Capybara --output_dir runs/first": SUBMITS,
@@ -63,7 +64,8 @@ NOT_RUN = {
     # uneven clusters
     "slurmgen render --gpus auto --world-size 6": CLUSTER + " (--gpus auto reads the free GPUs)",
     "slurmgen render --gpus auto --max-gpus 16 --min-gpus 4": CLUSTER + " (--gpus auto reads the free GPUs)",
-    "slurmgen check --gpus auto --world-size 5": CLUSTER,
+    "slurmgen check --gpus auto --world-size 5 -- --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name "
+    "trl-lib/Capybara": CLUSTER,
     # sweeps
     "sbatch sweep.sh": SUBMITS,
     "bash het-sweep-submit.sh": SUBMITS,

@@ -418,9 +418,13 @@ class StubSubmission:
         self.cancelled = True
 
 
+MODEL = ("--", "--model_name_or_path", "m")  # train.sft without one is refused
+
+
 def run_cli(monkeypatch, stub, args=("--gpus", "2"), **kwargs):
     monkeypatch.setattr(submission, "submit_job", lambda spec, folder, local=False: stub)
-    return CliRunner().invoke(submit_command, [*args], catch_exceptions=False, **kwargs)
+    return CliRunner().invoke(submit_command, [*args, *(() if "--" in args else MODEL)], catch_exceptions=False,
+                              **kwargs)
 
 
 def test_success_prints_progress_and_rank0_metrics(monkeypatch):
@@ -473,7 +477,7 @@ def test_a_crash_after_training_started_is_submitted_again(monkeypatch, tmp_path
 
     monkeypatch.setattr(submission, "submit_job", submit)
     monkeypatch.setattr(slurm, "fits_without", lambda layout, partition, excluded: True)
-    result = CliRunner().invoke(submit_command, ["--nodes", "2", "--gpus", "1"], catch_exceptions=False)
+    result = CliRunner().invoke(submit_command, ["--nodes", "2", "--gpus", "1", *MODEL], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "slurmgen: failure 1 of at most 2 (crash on node3): submitting again to resume from the newest" \
            " checkpoint\n" in result.stdout

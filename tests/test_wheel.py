@@ -36,7 +36,8 @@ def test_wheel_installs_and_finds_templates(tmp_path):
                    check=True, cwd=tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    result = subprocess.run([fresh / "bin" / "slurmgen", "render", "--nodes", "4", "--gpus", "1,1,2,2"],
+    result = subprocess.run([fresh / "bin" / "slurmgen", "render", "--nodes", "4", "--gpus", "1,1,2,2", "--module",
+                             "train.ddp_loop", "--", "--model_name_or_path", "m", "--dataset", "d", "--output_dir", "o"],
                             cwd=work, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "world size 6" in result.stdout

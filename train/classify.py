@@ -73,17 +73,35 @@ def accuracy(eval_pred) -> dict[str, float]:
     return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
 
 
-def _main(argv: list[str]) -> dict | None:
+def _parse(argv: list[str], denv: distenv.DistEnv):
+    """(cargs, targs) as transformers' own parser reads them, the old names refused first."""
     cli.reject_old_args(argv, RENAMED)
-    denv = distenv.setup()
     from train import hf  # imports transformers: after the cheap checks
 
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              HfArgumentParser, Trainer, TrainingArguments)
+    from transformers import HfArgumentParser, TrainingArguments
 
     parser = HfArgumentParser((ClassifyArguments, TrainingArguments))
     parser.set_defaults(**hf.capability_defaults(denv))
-    cargs, targs = hf.parse_or_usage_error(parser, lambda: parser.parse_args_into_dataclasses(args=argv))
+    return hf.parse_or_usage_error(parser, lambda: parser.parse_args_into_dataclasses(args=argv))
+
+
+def check_args(argv: list[str]) -> None:
+    """The command line as a job would read it, before the queue wait (train.args_check): it parses,
+    and names a model and data. Paths are the job's to check: they may be the nodes' own."""
+    cargs, _ = _parse(argv, distenv.setup({}))
+    if not cargs.model_name_or_path:
+        raise cli.UsageError("--model_name_or_path is required")
+    if not (cargs.train_file or cargs.dataset_name):
+        raise cli.UsageError("give --train_file (and --eval_file) or --dataset_name")
+
+
+def _main(argv: list[str]) -> dict | None:
+    denv = distenv.setup()
+    cargs, targs = _parse(argv, denv)
+    from train import hf
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer
+
     hf.one_precision(targs)
     # Loss per example, not per token: otherwise the reported loss is world size times too big.
     targs.average_tokens_across_devices = False

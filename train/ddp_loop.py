@@ -69,6 +69,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def check_args(argv: list[str]) -> None:
+    """The command line as a job would read it, before the queue wait (train.args_check)."""
+    parse_args(argv)
+
+
 @contextlib.contextmanager
 def main_first(denv: distenv.DistEnv):
     """Rank 0 runs the body first (filling caches), then the others."""

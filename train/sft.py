@@ -196,17 +196,36 @@ def prepare_data(script_args, cfg, model_args, denv, directory: str) -> None:
     outputs.say(denv, f"prepared data saved to {directory} ({len(prepared['train'])} rows)")
 
 
-def _main(argv: list[str]) -> dict | None:
+def _parse(argv: list[str], denv: distenv.DistEnv):
+    """(script_args, cfg, model_args) as TRL's own parser reads them, the old names refused first."""
     cli.reject_old_args(argv, RENAMED)
     cli.reject_old_config_keys(argv, RENAMED)
-    denv = distenv.setup()
     from train import hf  # imports transformers: after the cheap checks
 
-    from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
     parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
     parser.set_defaults(**hf.capability_defaults(denv))
-    script_args, cfg, model_args = hf.parse_or_usage_error(parser, lambda: parser.parse_args_and_config(argv))
+    return hf.parse_or_usage_error(parser, lambda: parser.parse_args_and_config(argv))
+
+
+def check_args(argv: list[str]) -> None:
+    """The command line as a job would read it, before the queue wait (train.args_check): it parses,
+    and names a model and a data set. Paths are the job's to check: they may be the nodes' own."""
+    script_args, _, model_args = _parse(argv, distenv.setup({}))
+    for flag, value in (("--model_name_or_path", model_args.model_name_or_path),
+                        ("--dataset_name", script_args.dataset_name)):
+        if not value:
+            raise cli.UsageError(f"{flag} is required")
+
+
+def _main(argv: list[str]) -> dict | None:
+    denv = distenv.setup()
+    script_args, cfg, model_args = _parse(argv, denv)
+    from train import hf
+
+    from trl import SFTTrainer, get_peft_config
+
     hf.one_precision(cfg)
     hf.count_tokens_by_default(cfg, argv)
 

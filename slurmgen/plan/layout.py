@@ -14,7 +14,7 @@ from typing import Optional
 
 from slurmgen.plan.script_facts import ScriptFacts, script_facts
 from slurmgen.plan.spec import JobSpec
-from slurmgen.plan.words import scale_mem, train_arg
+from slurmgen.plan.words import describe_seconds, scale_mem, train_arg
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,22 @@ def summary(plan: Plan) -> str:
     if plan.spare:
         lines.append(f"  spares: {plan.spare.nodes} node(s) x {plan.spare.gpus_per_node} GPU(s), idle until one replaces"
                      " a lost or blamed node")
+    lines.append(time_line(plan.spec))
     lines.append(f"  ranks per node: {ranks_per_node(plan)}")
     if plan.runs:
         lines.append(sweep_summary(plan))
     return "\n".join(lines)
+
+
+def time_line(spec: JobSpec) -> str:
+    """The time limit as Slurm reads it (25:00 is 25 minutes), and when the ranks checkpoint."""
+    if spec.time is None:
+        limit = "none given (the partition's default)"
+    elif spec.time_seconds is None:
+        limit = f"{spec.time} (the partition's own)"
+    else:
+        limit = f"{spec.time} = {describe_seconds(spec.time_seconds)}"
+    return f"  time limit: {limit}; the ranks checkpoint and the job requeues {spec.grace} s before it"
 
 
 def sweep_summary(plan: Plan) -> str:

@@ -18,7 +18,7 @@ from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.spec_rules import (CONTAINER_RUNTIMES, DEFAULT_LOG_NAME, DEFAULT_MODULE,  # noqa: F401
                                       DEFAULT_PORT_RANGE, LAUNCHERS, PREP_MODULE, SHIPPED_MODULES)
 from slurmgen.plan.sweep import MODES as SWEEP_MODES
-from slurmgen.plan.words import parse_time, train_arg
+from slurmgen.plan.words import TIME_FORMS_TEXT, parse_time, train_arg
 
 WITH_FIT = SCRIPTS | {FIT}  # --spares: fit says whether its figures hold for a spare
 
@@ -50,8 +50,9 @@ class JobSpec:
                                       help="Slurm partition.")
     account: Optional[str] = option(None, "--account", "-A", section=RESOURCES, help="Slurm account to charge.")
     qos: Optional[str] = option(None, "--qos", section=RESOURCES, help="Slurm quality of service.")
-    time: Optional[str] = option(None, "--time", "-t", section=RESOURCES,
-                                 help="Time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")
+    time: Optional[str] = option(None, "--time", "-t", section=RESOURCES, metavar="TIME",
+                                 help=f"Time limit, in Slurm's forms: {TIME_FORMS_TEXT} (25:00 is 25 minutes,"
+                                      " not hours); UNLIMITED: the partition's own.")
     cpus_per_gpu: int = option(4, "--cpus-per-gpu", section=RESOURCES, help="CPU cores per GPU.")
     cpus_per_node: Optional[int] = option(
         None, "--cpus-per-node", section=RESOURCES, metavar="N", commands=SCRIPTS,
@@ -130,7 +131,8 @@ class JobSpec:
     train_args: tuple[str, ...] = ()       # after --
     # Fault tolerance
     grace: int = option(180, "--grace", section=FAULTS,
-                        help="Seconds before the time limit at which ranks checkpoint and the job requeues.")
+                        help="Seconds before the time limit at which ranks checkpoint and the job requeues"
+                             f" (at least {spec_rules.MIN_GRACE}).")
     max_restarts: int = option(3, "--max-restarts", section=FAULTS,
                                help="How often a job stopped at its time limit is requeued.")
     max_failures: int = option(

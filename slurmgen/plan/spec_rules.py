@@ -23,10 +23,14 @@ PREP_MODULE = "train.sft"  # --prep: the one entry point that prepares its data 
 # user's own --module and --script keep Python's rule.
 SHIPPED_MODULES = ("train.sft", "train.classify", "train.ddp_loop")
 DEFAULT_PORT_RANGE = (20000, 29999)
+# The least --grace that holds the ranks' stop wait (plan.runtime.stop_wait: 5 s at least) and the
+# requeue's STOP_MARGIN of 10 s before the time limit: less, and the job ends before it requeues.
+MIN_GRACE = 15
+HOST_NAME_MAX = 64  # Linux's HOST_NAME_MAX
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
-_MEM = re.compile(r"[0-9]+[KMGT]?\Z")
+_MEM = re.compile(r"[0-9]{1,15}[KMGT]?\Z", re.A)  # 15 digits: any memory, and int() takes it
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
@@ -83,11 +87,14 @@ def check(spec) -> None:
                         f" for all nodes, or one per node ({spec.nodes})")
     for host in spec.nodelist:
         _check_word("--nodelist", host)
+        if len(host) > HOST_NAME_MAX:  # and hostlist's int() of its digits fails beyond 4,300
+            raise SpecError(f"--nodelist {host[:20]!r}...: a host name is at most {HOST_NAME_MAX} characters")
     if spec.nodelist and len(spec.nodelist) != spec.nodes:
         raise SpecError(
             f"--nodelist {','.join(spec.nodelist)!r}: names {len(spec.nodelist)} nodes"
             f" for --nodes {spec.nodes}; give exactly one host per node"
         )
+    _pinned_and_excluded(spec)
     if spec.time is not None:
         seconds = parse_time(spec.time)
         if seconds is not None and seconds <= spec.grace:
@@ -102,12 +109,29 @@ def check(spec) -> None:
     _launch(spec)
 
 
+def _pinned_and_excluded(spec) -> None:
+    """A host both in --nodelist and in --exclude: Slurm would hold the job pending forever."""
+    if not (spec.nodelist and spec.exclude):
+        return
+    import hostlist  # python-hostlist, as --nodelist was expanded
+
+    try:
+        excluded = set(hostlist.expand_hostlist(spec.exclude))
+    except (hostlist.BadHostlist, ValueError) as err:  # ValueError: digits int() refuses
+        raise SpecError(f"--exclude {spec.exclude!r}: {err}") from None
+    both = [host for host in spec.nodelist if host in excluded]
+    if both:
+        raise SpecError(f"--nodelist {hostlist.collect_hostlist(list(spec.nodelist))!r} and --exclude"
+                        f" {spec.exclude!r}: {', '.join(both)} in both; Slurm would never start the job")
+
+
 def _faults(spec) -> None:
     """Ports, the time-limit grace, retries, timeouts and spares."""
     if spec.master_port is not None and not 1024 <= spec.master_port <= 65535:
         raise SpecError(f"--master-port {spec.master_port}: must be between 1024 and 65535")
-    if spec.grace < 0:
-        raise SpecError(f"--grace {spec.grace}: must be zero or more seconds")
+    if spec.grace < MIN_GRACE:  # --signal=B:USR2@0 would warn no one: the job ends unsaved, never requeued
+        raise SpecError(f"--grace {spec.grace}: must be at least {MIN_GRACE} seconds: the ranks checkpoint for 5 s"
+                        f" at least after the warning, and the requeue needs 10 s before the time limit")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts {spec.max_restarts}: must be zero or more")
     if spec.rdzv_timeout < 1:

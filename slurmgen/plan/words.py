@@ -12,15 +12,17 @@ from typing import Optional
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-# Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+# Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; ASCII digits only (re.A), as Slurm reads them.
 _TIME_FORMS = (
-    (re.compile(r"(\d+)\Z"), ("m",)),
-    (re.compile(r"(\d+):(\d{1,2})\Z"), ("m", "s")),
-    (re.compile(r"(\d+):(\d{1,2}):(\d{1,2})\Z"), ("h", "m", "s")),
-    (re.compile(r"(\d+)-(\d+)\Z"), ("d", "h")),
-    (re.compile(r"(\d+)-(\d+):(\d{1,2})\Z"), ("d", "h", "m")),
-    (re.compile(r"(\d+)-(\d+):(\d{1,2}):(\d{1,2})\Z"), ("d", "h", "m", "s")),
+    (re.compile(r"(\d{1,9})\Z", re.A), ("m",)),
+    (re.compile(r"(\d{1,9}):(\d{1,2})\Z", re.A), ("m", "s")),
+    (re.compile(r"(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", re.A), ("h", "m", "s")),
+    (re.compile(r"(\d{1,9})-(\d{1,9})\Z", re.A), ("d", "h")),
+    (re.compile(r"(\d{1,9})-(\d{1,9}):(\d{1,2})\Z", re.A), ("d", "h", "m")),
+    (re.compile(r"(\d{1,9})-(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", re.A), ("d", "h", "m", "s")),
 )
+# The forms as the help and the errors name them.
+TIME_FORMS_TEXT = "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -36,16 +38,35 @@ class SpecError(ValueError):
     """A user value is not acceptable; the message is the one line shown to the user."""
 
 
+# The most nodes one job may name: beyond any cluster's size, and it keeps a typo such as
+# --nodes 99999999999 or 8x99999999999 from building a list of that many counts (or overflowing).
+MAX_NODES = 65536
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def _too_long(text: str) -> bool:
+    """More digits than any count of nodes or GPUs (int() refuses 4,300 digits and more)."""
+    return _digits(text) and len(text.lstrip("0")) > 9
+
+
 def _expand_counts(text: str) -> tuple[list[str], list[int]]:
     """'8x2,4' -> (['8x2', '4'], [8, 8, 4]); SpecError names the part that is not a count."""
     counts: list[int] = []
     parts = [p.strip() for p in str(text).split(",")]
     for part in parts:
         count, sep, repeat = part.partition("x")
-        if not count.isdigit() or int(count) < 1:
+        if _too_long(count) or _too_long(repeat):
+            raise SpecError(f"--gpus {text!r}: {part!r} is too large")
+        if not _digits(count) or int(count) < 1:
             raise SpecError(f"--gpus {text!r}: {part!r} is not a positive integer GPU count")
-        if sep and (not repeat.isdigit() or int(repeat) < 1):
+        if sep and (not _digits(repeat) or int(repeat) < 1):
             raise SpecError(f"--gpus {text!r}: {part!r} should be COUNTxNODES, e.g. 8x4")
+        if len(counts) + (int(repeat) if sep else 1) > MAX_NODES:
+            raise SpecError(f"--gpus {text!r}: more than {MAX_NODES} nodes")
         counts += [int(count)] * (int(repeat) if sep else 1)
     return parts, counts
 
@@ -54,6 +75,8 @@ def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
     """'1,1,2,2' -> (1, 1, 2, 2); '8x512,4x512' repeats a count; a single count applies to every node."""
     if nodes < 1:
         raise SpecError(f"--nodes {nodes}: must be a positive integer")
+    if nodes > MAX_NODES:
+        raise SpecError(f"--nodes {nodes}: at most {MAX_NODES} nodes")
     parts, counts = _expand_counts(text)
     if len(parts) == 1 and "x" not in parts[0]:
         return tuple(counts * nodes)
@@ -90,9 +113,17 @@ def parse_time(text: str) -> Optional[int]:
         match = pattern.match(text)
         if match:
             return sum(int(v) * _UNIT_SECONDS[u] for v, u in zip(match.groups(), units))
-    raise SpecError(
-        f"--time {text!r}: not a Slurm time; use MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-    )
+    raise SpecError(f"--time {text!r}: not a Slurm time; use {TIME_FORMS_TEXT}")
+
+
+def describe_seconds(seconds: int) -> str:
+    """90061 -> '1 d 1 h 1 min 1 s': a time limit as a reader checks it (25:00 is 25 minutes)."""
+    parts, left = [], seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+    return " ".join(parts)
 
 
 def parse_env(items) -> tuple[tuple[str, str], ...]:
@@ -118,7 +149,7 @@ def scale_mem(size: str, factor: int) -> str:
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
-    match = re.match(r"(\d+)-(\d+)\Z", str(text))
+    match = re.match(r"(\d{1,9})-(\d{1,9})\Z", str(text), re.A)
     if not match:
         raise SpecError(f"--port-range {text!r}: expected LOW-HIGH, e.g. 20000-29999")
     low, high = int(match.group(1)), int(match.group(2))
@@ -141,7 +172,7 @@ def train_arg(args, *flags: str) -> Optional[str]:
     return value
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.I)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.I | re.A)
 
 
 _SCALE = {"": 1 / 1024, "K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1, "T": 1024}  # bare number: MB, as Slurm

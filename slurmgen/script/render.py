@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shlex
+import unicodedata
 from pathlib import Path
 
 import jinja2
@@ -57,9 +59,34 @@ def shell_quote(value) -> str:
     return "".join(out)
 
 
+def _unprintable(char: str) -> bool:
+    """A character that is no text on one line: controls, line and paragraph separators, and the
+    surrogates Python holds undecodable command-line bytes as."""
+    return unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp")
+
+
 def comment(text: str) -> str:
-    """Keep a value on one comment line: a newline would otherwise start live shell code."""
-    return text.encode("unicode_escape").decode("ascii")
+    """Keep a value on one comment line (a newline would start live shell code); every other
+    character, non-ASCII included, stays as it is, so that the line can be pasted back."""
+    return "".join(char.encode("unicode_escape", "backslashreplace").decode("ascii") if _unprintable(char)
+                   else char for char in text)
+
+
+def command_word(word: str) -> str:
+    """A word of the script's `# Command:` line: shlex's quoting, or bash's $'...' for a word with a
+    control character or undecodable bytes (those escaped byte by byte), so that the line, run,
+    gives exactly the same arguments."""
+    if not any(_unprintable(char) for char in word):
+        return shlex.quote(word)
+    out = []
+    for char in word:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif _unprintable(char):
+            out.extend(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogateescape"))
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
 
 
 def _bytecode_cache():

@@ -51,8 +51,12 @@ def gpu_count(gres: str) -> int:
     return total
 
 
+# What sinfo is asked for, one line a node.
+SINFO_FORMAT = "%N|%P|%G|%T|%c|%E|%m"
+
+
 def parse_sinfo(text: str) -> tuple[str, list[Node]]:
-    """Lines of `sinfo -h -N -o '%N|%P|%G|%T|%c|%E|%m'` -> (default partition, nodes)."""
+    """Lines of `sinfo -h -N -o SINFO_FORMAT` -> (default partition, nodes)."""
     default = ""
     nodes = []
     for line in text.splitlines():
@@ -84,5 +88,5 @@ def _run(cmd: list[str]) -> str:
 
 def query() -> ClusterInfo:
     version = _run(["sinfo", "--version"]).strip()
-    default, nodes = parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%G|%T|%c|%E|%m"]))
+    default, nodes = parse_sinfo(_run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT]))
     return ClusterInfo(version=version, default_partition=default, nodes=tuple(nodes))

@@ -6,6 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+# The folder that holds slurmgen/ and train/ (the repository, or site-packages): the tools are the
+# train package beside this slurmgen, whatever the working directory holds.
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -16,14 +21,15 @@ class ToolRun:
     missing: bool  # it failed for a module this Python lacks (why then names the [train] extra)
 
 
-# `python -m train.X` would put the working folder first on sys.path, where a user's own train.py
-# (the seed's file name) is imported, and so run, in place of this package's train/: the tool runs
-# with the working folder off the path instead (PYTHONSAFEPATH is 3.11's; this works on 3.9 too).
-_RUN = "import runpy, sys; del sys.path[0]; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+def tool_command(module: str, args: list[str]) -> list[str]:
+    """`python -m MODULE ARGS` with ROOT first on sys.path instead of the working directory: a user's
+    train.py there would shadow the train package."""
+    run = f"import runpy, sys; sys.path[0] = {ROOT!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-c", run, *args]
 
 
 def run_tool(module: str, args: list[str]) -> ToolRun:
-    run = subprocess.run([sys.executable, "-c", _RUN, module, *args], capture_output=True, text=True)
+    run = subprocess.run(tool_command(module, args), capture_output=True, text=True)
     errors = [line for line in run.stderr.splitlines() if line.strip()]
     why = errors[-1] if errors else f"exit status {run.returncode}"
     missing = "No module named" in why

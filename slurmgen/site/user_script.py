@@ -33,3 +33,36 @@ def read(script: str, cpu_only: bool = False, resume_auto: bool = False, gpus: t
         advice = tuple(line for line in lines if line.split(": ", 1)[-1].startswith("note: "))
         return Reading(findings=tuple(line for line in lines if line not in advice), advice=advice)
     return Reading(note=f"{script} not read: {lines[0] if lines else run.why}")
+
+
+def _script_check():
+    """train/script_check.py, loaded by its path (a user's train.py in the working directory would
+    shadow `import train`); its resume check is the standard library's ast alone."""
+    import importlib.util
+    import os
+
+    from slurmgen.site.train_tools import ROOT
+
+    found = importlib.util.spec_from_file_location("slurmgen._train_script_check",
+                                                   os.path.join(ROOT, "train", "script_check.py"))
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def never_resumes(script: str) -> list[str]:
+    """`SCRIPT:LINE: ...` for each trainer.train() that passes no resume_from_checkpoint: requeued, the
+    run would start again from step 0. Raises SpecError for a script that is not Python at all."""
+    import ast
+
+    from slurmgen.plan.words import SpecError
+
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except SyntaxError as err:
+        raise SpecError(f"--script {script!r}: not Python that runs (line {err.lineno}: {err.msg})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SpecError(f"--script {script!r}: cannot be read as Python text ({err})") from None
+    check = _script_check()
+    return [f"{script}:{line}: {text[len(check.NOTE):]}" for line, text in check.resume_findings(tree)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from typing import Optional
 
@@ -26,6 +27,8 @@ from slurmgen.options import job_options, spec_from_options
 from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
+from slurmgen.site import vet
+from slurmgen.writing import make_log_dir, undo
 
 JOB_FAILED = 1
 
@@ -236,8 +239,15 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     try:
         spec = spec_from_options(params)
         check_submittable(spec, click.get_current_context().command_path)  # as typed: slurmgen submit, python -m ...
+        vetting = vet.start(spec, ask_cluster=not local)  # never the training arguments' parser: seconds
+        notes = vetting.judge()  # what would fail after the queue wait: setup lines, GPUs
     except SpecError as err:
         fail(str(err))
+    _can_make(spec.log_dir, folder)
+    if vetting.no_model:  # it queues at once: refused, where render only warns
+        fail(vetting.no_model)
+    for line in notes:
+        click.echo(f"slurmgen: {line}", err=True)
     if local and (spec.after or spec.sweep):
         fail(f"{'--sweep' if spec.sweep else '--after'}: not with --local, which runs one job on this machine"
              " without Slurm")
@@ -253,6 +263,14 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     if not detach:
         sys.exit(submit_and_follow(spec, folder, local, interval))
     submit_and_say(spec, folder, local)
+
+
+def _can_make(log_dir: str, folder: Optional[str]) -> None:
+    """The log directory and submitit's folder must be possible (one line and exit 2 where not);
+    submit_job makes them, and removes them again where the submission fails."""
+    for option, path in (("--log-dir", log_dir), ("--folder", folder and os.path.expanduser(folder))):
+        if path:
+            undo(make_log_dir(path, option), path)
 
 
 def submit_sweep_and_follow(spec, folder, interval: float, detach: bool) -> int:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -79,13 +81,19 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
     if local and spec.after:
         raise SpecError("--after: not with --local (there is no Slurm job to wait for)")
     folder_path = Path(folder or default_folder(spec.log_dir)).expanduser().absolute()
-    executor = _executor(spec, folder_path, local, dependency)
+    made = _outermost_missing(folder_path)
     submitted_at = time.time() - 1  # file times may lag the clock by a little
     try:
-        # local: a Ctrl-C must reach only this process, which asks before cancelling
-        with submitit_adapter.own_session() if local else contextlib.nullcontext():
+        executor = _executor(spec, folder_path, local, dependency)
+        # local: a Ctrl-C must reach only this process, which asks before cancelling; Slurm: sbatch's
+        # stderr comes back in the error, which submitit would otherwise print whole first
+        with submitit_adapter.own_session() if local else contextlib.redirect_stderr(io.StringIO()):
             job = executor.submit(make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
+        if made:  # nothing of a job that was never submitted stays behind (logs/submitit)
+            shutil.rmtree(made, ignore_errors=True)
+        if isinstance(err, SubmitError):
+            raise
         raise SubmitError(_first_meaningful_line(str(err))) from None
     sub = Submission(job, folder_path, world_size(spec), resolve_output_dir(spec.train_args), local,
                      submitted_at)
@@ -147,8 +155,23 @@ def attach(job_id: str, folder: str | os.PathLike) -> "Submission":
     return Submission(job, folder_path, world, output_dir, False, float(record["submitted_at"]))
 
 
+def _outermost_missing(path: Path) -> Optional[Path]:
+    """The outermost directory of `path` that does not exist yet (None when it does)."""
+    missing = None
+    while not os.path.lexists(path):
+        missing, path = path, path.parent
+    return missing
+
+
 def _first_meaningful_line(text: str) -> str:
+    """Why sbatch refused: its fatal line (a Slurm that cannot read its configuration prints several
+    errors before it), else its last error (`Batch job submission failed: ...`)."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
+    said = [line for line in lines if line.startswith("sbatch: ")]
+    fatal = [line for line in said if line.startswith("sbatch: fatal")]
+    errors = [line for line in said if "error" in line.lower()]
+    if fatal or errors:
+        return (fatal or errors[-1:])[0]
     for line in lines:
         if "error" in line.lower() and "Command" not in line:
             return line

@@ -42,7 +42,8 @@ def wait_responding(node: str, timeout: float = 60) -> None:
 
 
 def test_an_idle_cluster_gives_1_1_2_2_and_too_much_is_refused(cluster, tmp_path):
-    done = render(tmp_path, "--gpus", "auto", "--world-size", "6", "--check")
+    done = render(tmp_path, "--gpus", "auto", "--world-size", "6", "--check", "--", "--model_name_or_path", "m",
+                  "--dataset_name", "d")  # --check fails without a model
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("--gpus auto: 1,1,2,2 on node[1-4] (world size 6, from the GPUs free now)")
     # render --check: Slurm's own estimate; the idle layout is the only one considered
@@ -80,7 +81,8 @@ def test_a_gpu_in_use_is_left_out_and_the_job_starts_at_once(cluster, tmp_path):
         slurm_helpers.wait_state(holder, lambda info: info["JobState"] == "RUNNING", timeout=60)
         # check: this layout starts now; the 3-node one it passed over waits for the holder's
         # 10-minute limit, as Slurm itself estimates
-        checked = check(tmp_path, "--gpus", "auto", "--world-size", "5")
+        checked = check(tmp_path, "--gpus", "auto", "--world-size", "5", "--", "--model_name_or_path", "m",
+                        "--dataset_name", "d")  # check fails without a model
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "\nstart (sbatch --test-only): starts now on node[1-4]\n" in checked.stdout, checked.stdout
         assert re.search(r"^alternative --gpus 1,2,2 --nodelist node1,node3,node4 \(3 nodes, once the resources in"

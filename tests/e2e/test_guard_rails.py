@@ -16,16 +16,20 @@ def check(*args):
     return subprocess.run([SLURMGEN, "check", *args], capture_output=True, text=True, timeout=60)
 
 
+# train.sft's training arguments, which its own parser accepts (check fails without a model)
+SFT_ARGS = ["--", "--model_name_or_path", "m", "--dataset_name", "d"]
+
+
 @pytest.mark.core
 def test_check_accepts_layouts_that_fit(cluster):
     for layout in (["--nodes", "4", "--gpus", "1,1,2,2"], ["--nodes", "4", "--gpus", "1"]):
-        result = check(*layout)
+        result = check(*layout, *SFT_ARGS)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "result: the layout can run" in result.stdout
         # Slurm's own estimate (sbatch --test-only), for a het job and a plain one alike
         assert "\nstart (sbatch --test-only): starts now on node[1-4]\n" in result.stdout, result.stdout
     assert "component 1 (2 node(s) x 2 GPU(s)): can run on node3, node4" in check(
-        "--nodes", "4", "--gpus", "1,1,2,2").stdout
+        "--nodes", "4", "--gpus", "1,1,2,2", *SFT_ARGS).stdout
 
 
 # Before the test that drains a node: after its resume, node2 can read "idle*" (not responding)
@@ -56,7 +60,8 @@ def test_check_refuses_training_arguments_whose_model_does_not_fit(cluster, tmp_
     config.update(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                   num_key_value_heads=32)  # Llama-2-7b's shape
     (tmp_path / "config.json").write_text(json.dumps(config))
-    model = ["--model_name_or_path", str(tmp_path), "--max_length", "512", "--dtype", "bfloat16", "--use_peft"]
+    model = ["--model_name_or_path", str(tmp_path), "--dataset_name", "d", "--max_length", "512", "--dtype", "bfloat16",
+             "--use_peft"]  # a data set too: check parses them with train.sft's own parser
     result = check("--nodes", "4", "--gpus", "1,1,2,2", "--gpu-mem", "24G", "--", *model)
     assert result.returncode == 1, result.stdout + result.stderr
     assert (f"cannot run: {tmp_path} with DDP + LoRA does not fit (35 GiB of host memory on a node > 31.25); the"

@@ -1,0 +1,106 @@
+"""The training arguments of slurmgen's own entry points, judged before the queue wait. A missing model
+costs nothing to see: `render` warns, `check` fails, `submit` refuses. `-- --max_stepz 100` or
+`--learning_rate abc` are judged by the entry point's own parser (train.args_check, TRL's or
+transformers'), which imports torch: seconds, so only `check` and `render --check` run it, as a program
+started early (the cluster is asked meanwhile); an accepted command line is remembered
+(~/.cache/slurmgen) until the entry point or the libraries change."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+from slurmgen.plan.spec import SHIPPED_MODULES
+from slurmgen.plan.words import train_arg
+from slurmgen.site.train_tools import ROOT, tool_command
+
+MODEL_FLAGS = ("--model_name_or_path", "--model-name-or-path")
+
+
+def _stamp(module: str) -> str:
+    """What a verdict depends on besides the arguments: this Python, the entry point and its checker,
+    and the installed TRL and transformers (their files' times)."""
+    files = [os.path.join(ROOT, *module.split(".")) + ".py", os.path.join(ROOT, "train", "args_check.py")]
+    for name in ("trl", "transformers"):
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        files.append(found.origin if found and found.origin else "")
+    return "\n".join([sys.executable, *(f"{f}:{os.stat(f).st_mtime_ns if os.path.exists(f) else ''}" for f in files)])
+
+
+def _cache_path(module: str, lists: list) -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(f"{_stamp(module)}\n{module}\n{json.dumps(lists)}".encode("utf-8", "surrogateescape"))
+    return os.path.join(base, "slurmgen", "train-args", key.hexdigest())
+
+
+def _remember(path: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    except OSError:
+        pass  # a read-only home: checked again next time
+
+
+class ArgsCheck:
+    """One parse of a job's training arguments (one list per run of a sweep), in the background."""
+
+    def __init__(self, module: str, lists: list[list[str]]):
+        self.module, self.cached, self.proc = module, _cache_path(module, lists), None
+        if os.path.exists(self.cached):
+            return
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+        arg = json.dumps(lists, ensure_ascii=True)  # undecodable bytes (surrogates) travel as \\u escapes
+        self.proc = subprocess.Popen(tool_command("train.args_check", [module, arg]), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+    def verdict(self) -> tuple[str, bool]:
+        """(line, refused): the parser's refusal (refused), or a line saying the arguments were not
+        checked and why; ("", False) when they parse (or did before)."""
+        if self.proc is None:
+            return "", False
+        out, err = (b.decode(errors="replace") for b in self.proc.communicate())
+        refused = [line[len("error: "):] for line in out.splitlines() if line.startswith("error: ")]
+        if self.proc.returncode == 2 and refused:
+            return f"training arguments for {self.module}: {refused[0]} (its own parser's verdict)", True
+        if self.proc.returncode != 0:
+            why = ([line for line in err.splitlines() if line.strip()] or [f"exit status {self.proc.returncode}"])[-1]
+            return (f"training arguments not checked: {self.module}'s parser cannot run here"
+                    f" ({why.split(': ', 1)[-1]}; pip install 'slurmgen[train]')"), False
+        _remember(self.cached)
+        return "", False
+
+
+def missing_model(spec, runs=()) -> str:
+    """The line for a shipped entry point's command line without a model (every one loads a model, so
+    every rank would stop after the queue wait), or "". TRL's --config file may name it (train.sft)."""
+    name, lists = _shipped(spec, runs)
+    if not name:
+        return ""
+    for argv in lists:
+        if train_arg(argv, *MODEL_FLAGS) is None and not (name == "train.sft" and train_arg(argv, "--config")):
+            return (f"no model: {name} would fail on every rank after the queue wait; give one after --, e.g."
+                    " -- --model_name_or_path Qwen/Qwen2.5-0.5B")
+    return ""
+
+
+def _shipped(spec, runs=()) -> tuple[str, list[list[str]]]:
+    """(module, one argument list per run) for an entry point slurmgen ships; ("", []) for any other
+    target (a user's module, script or program parses its own)."""
+    kind, name = spec.target
+    if kind != "module" or name not in SHIPPED_MODULES:
+        return "", []
+    return name, [list(run.train_args) for run in runs] or [list(spec.train_args)]
+
+
+def start(spec, runs=()) -> Optional[ArgsCheck]:
+    """The parse of a job's training arguments, started; None for a target slurmgen does not ship."""
+    name, lists = _shipped(spec, runs)
+    return ArgsCheck(name, lists) if name else None

@@ -1,0 +1,66 @@
+"""The checks of a job's values that ask this machine, run before anything is written (render, check,
+submit): the script parses (bash -n), no GPU count is above what any node has (sinfo), a shipped entry
+point is given a model, and a --script that would start again from step 0 after a requeue is said.
+`check` and `render --check` also parse the training arguments with the entry point's own parser
+(seconds: TRL's import), never a plain render or submit. The slow ones start at once and are read last."""
+
+from __future__ import annotations
+
+from slurmgen.site import limits, shell_syntax, train_args
+
+# check's result line when the training arguments would stop every rank
+ARGS_FAIL = "the layout can run, but the training arguments would fail on every rank after the queue wait"
+
+
+def start(spec, ask_cluster: bool = True, parse_args: bool = False) -> "Vetting":
+    """The checks, started (a sweep's runs each have their training arguments): they run while the
+    command renders or submits. parse_args: also the entry point's own parser (check only)."""
+    from slurmgen.plan import sweep
+
+    runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args) if spec.sweep else ()
+    return Vetting(spec, runs, ask_cluster, parse_args)
+
+
+class Vetting:
+    def __init__(self, spec, runs=(), ask_cluster: bool = True, parse_args: bool = False):
+        self.spec = spec
+        self.asking = limits.Asking() if ask_cluster else limits.NoAnswer()
+        self.no_model = train_args.missing_model(spec, runs)  # "" or the line saying so
+        # with no model the check has its finding already; the parser would only repeat it
+        self.args = train_args.start(spec, runs) if parse_args and not self.no_model else None
+
+    def judge(self, scripts=(), resume_advice: bool = True) -> list[str]:
+        """Raises SpecError (one line) for a value that would fail after the queue wait; returns the
+        warnings to show beside the summary (a run that never resumes). The model and the training
+        arguments are the caller's: see no_model and findings()."""
+        spec = self.spec
+        for text in scripts:
+            shell_syntax.check_script(text, spec.setup)
+        if not scripts and spec.setup:  # the submit path's setup lines, in submitit's own script
+            shell_syntax.check_script("\n".join(spec.setup) + "\n", spec.setup)
+        limits.check_gpus(spec, self.asking.nodes())
+        advice = _never_resumes(spec) if resume_advice else []
+        return [f"warning: {line}" for line in advice]
+
+    def findings(self, verdict):
+        """check's verdict with the training arguments' findings: no model, or the parser's refusal,
+        fails it; a parser that cannot run here is one line saying they were not checked."""
+        if self.no_model:
+            verdict.add([self.no_model], ARGS_FAIL)
+        elif self.args:
+            line, refused = self.args.verdict()
+            if line:
+                verdict.add([line], ARGS_FAIL if refused else "")
+        return verdict
+
+
+def _never_resumes(spec) -> list[str]:
+    """A --script whose Trainer never resumes, in a job that is requeued or retried with --resume off
+    (a script that is no Python at all is refused, whatever the options)."""
+    if not spec.script:
+        return []
+    from slurmgen.site.user_script import never_resumes
+
+    found = never_resumes(spec.script)
+    requeued = spec.max_restarts > 0 or spec.max_failures > 0
+    return found if requeued and spec.resume == "off" else []
