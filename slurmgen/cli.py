@@ -85,8 +85,10 @@ def render_command(ctx, output, show_config, check_first, **params):
         notes.insert(0, f"warning: {vetting.no_model}")
     if check_first and not run_check(plan, err=to_stdout, alternatives=_alternatives(params, spec), vetting=vetting):
         sys.exit(1)
-    if spec.script and not check_first:
-        _say_layout_limits(spec.script, node_gpus(plan))
+    if spec.script and not check_first:  # --check reads the whole script
+        from slurmgen.site.user_script import layout_limits
+
+        notes += [f"warning: {line}" for line in layout_limits(spec.script, node_gpus(plan))]
     if spec.offline:
         from slurmgen.site.prefetch import PrefetchError, prefetch
 
@@ -194,17 +196,6 @@ def _fit_check(spec, verdict):
     verdict.add([fit_text.verdict_line(result)], "" if result.chosen.fits else
                 "the layout can run, but the model does not fit it with these training arguments")
     return verdict
-
-
-def _say_layout_limits(script: str, gpus: tuple[int, ...]) -> None:
-    """On nodes of different widths, what in the script the layout makes fail (a Lightning Trainer
-    without train.lightning's strategy), said before the queue wait; the rest is `check`'s."""
-    if len(set(gpus)) < 2:
-        return
-    from slurmgen.site.user_script import read
-
-    for line in read(script, gpus=gpus, layout_only=True).findings:
-        click.echo(f"warning: {line}", err=True)
 
 
 def node_gpus(plan) -> tuple[int, ...]:

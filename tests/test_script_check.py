@@ -149,8 +149,8 @@ def test_render_names_a_lightning_trainer_that_uneven_nodes_would_stop(tmp_path,
     result = CliRunner().invoke(cli, ["render", "--nodes", nodes, "--gpus", gpus, "--script", str(script),
                                       "--log-dir", str(tmp_path / "logs"), "-o", str(tmp_path / "job.sh")])
     assert result.exit_code == 0 and (tmp_path / "job.sh").is_file(), result.output
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
-    assert warnings == ([f"warning: {script}:3: L.Trainer(...): Lightning assumes the same number of devices on"
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("slurmgen: warning: ")]
+    assert warnings == ([f"slurmgen: warning: {script}:3: L.Trainer(...): Lightning assumes the same number of devices on"
                          " every node, and these nodes have 1,1,2,2 GPUs: every rank would stop at start (devices x"
                          " num_nodes is not the world size, 6); pass strategy=UnevenDDPStrategy() (from"
                          " train.lightning import UnevenDDPStrategy)"] if named else []), result.stderr

@@ -1,6 +1,7 @@
 """The job runtime's hands on Slurm after a failed run: what Slurm and the job log say of the failure
 (for the failure policy, policy.decide), whether the partition still holds the layout without some
-nodes, and the requeue that leaves them out. The runtime (runtime.py) decides what follows."""
+nodes, the requeue that leaves them out, and the requeue after a warning. The runtime (runtime.py)
+decides what follows."""
 
 from __future__ import annotations
 
@@ -41,4 +42,21 @@ def requeue_without(slurm_api, job: str, layout, info, decision: policy.Decision
         return False
     if decision.exclude:
         slurm_api.exclude(job, sorted(set(info.user_excluded) | set(decision.exclude)))
+    return True
+
+
+def to_resume(slurm_api, job: str, record, max_restarts: int, info, saved: str) -> bool:
+    """After a warning: requeue the job to resume from the checkpoint it saved (a restart counted;
+    the nodes it left out so far stay out), or say why not. Unfinished training must not look like
+    success: with no restart left the caller fails the job."""
+    if record.restarts >= max_restarts:
+        say(f"slurmgen: training unfinished; not requeueing: {max_restarts} restart(s) used", err=True)
+        return False
+    say(f"slurmgen: {saved}requeueing job {job} (restart {record.restarts + 1} of at most {max_restarts})")
+    if not slurm_api.requeue(job):
+        say("slurmgen: scontrol requeue failed", err=True)
+        return False
+    if record.excluded:  # nodes this job left out so far (a spare replaced them) stay out
+        slurm_api.exclude(job, sorted(set(info.user_excluded) | set(record.excluded)))
+    record.restarts += 1
     return True

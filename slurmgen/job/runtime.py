@@ -27,9 +27,7 @@ from slurmgen.job.states import Job, Result, Run, State
 
 RUNTIME = Path(__file__).with_name("runtime.sh")
 STOP_TASKS_SECONDS = 30  # TERM to a step's tasks, then KILL this much later (as Slurm's KillWait)
-# After a hang, sooner: the hung rank cannot checkpoint, and the others, blocked in a collective with
-# it, end within seconds of the TERM (train.stop's watch); the rest is lost time.
-HUNG_STOP_SECONDS = 10
+HUNG_STOP_SECONDS = 10  # after a hang: the hung rank cannot save, the others end within seconds of the TERM
 PREEMPTED_WAIT = 3600  # Slurm ends the job at its GraceTime and requeues it itself
 
 
@@ -237,23 +235,12 @@ class Runtime:
             return Result(State.PREEMPTED)
         if self.slurm.lost_nodes(self.nodes):  # the warning came from a lost node
             return self._retry(NODE, "", spare=False)
-        if self.record.restarts >= self.spec.max_restarts:  # unfinished training must not look like success
-            say(f"slurmgen: training unfinished; not requeueing: {self.spec.max_restarts} restart(s) used", err=True)
-            return Result(State.FAILED, 1)
-        say(f"slurmgen: {saved}requeueing job {self.job.id} (restart {self.record.restarts + 1} of at most "
-            f"{self.spec.max_restarts})")
-        if not self.slurm.requeue(self.job.id):
-            say("slurmgen: scontrol requeue failed", err=True)
-            return Result(State.FAILED, 1)
-        if self.record.excluded:  # nodes this job left out so far (a spare replaced them) stay out
-            self.slurm.exclude(self.job.id, sorted(set(info.user_excluded) | set(self.record.excluded)))
-        self.record.restarts += 1
-        return Result(State.REQUEUED)
+        return Result(State.REQUEUED) if requeue.to_resume(self.slurm, self.job.id, self.record, self.spec.max_restarts,
+                                                           info, saved) else Result(State.FAILED, 1)
 
     def _stopped_unwarned(self, status: int) -> bool:
-        """Every component ended well but the ranks say they stopped, not finished: a TERM reached the
-        steps and not this script (a site that preempts or ends jobs with a TERM to the steps alone).
-        Judged as at a warning (requeued to resume, or left to Slurm's requeue), never as finished."""
+        """Components ended well, ranks say "stopped": a TERM reached the steps and not this script (a site
+        preempting with a TERM to the steps alone). As at a warning, never a finish."""
         if status or self.files.outcome_says()[0] != contract.STOPPED:
             return False
         say("slurmgen: the ranks stopped at a signal this script never got (a TERM to the steps): as at a warning")
@@ -269,9 +256,8 @@ class Runtime:
                                   self.spares.lost() if spare else {})
         if info.cancelled:  # the user ended it (and its ranks with it): no failure to count, nothing to retry
             return self._cancelled()
-        if info.preempted:  # its TERM, sent to the steps alone, ended ranks that could not save: Slurm requeues it
-            say(f"slurmgen: job {self.job.id} preempted (its ranks ended at the preemption's signal): no failure"
-                " counted; Slurm requeues it")
+        if info.preempted:  # its TERM, to the steps alone, ended ranks that could not save
+            say(f"slurmgen: job {self.job.id} preempted (its ranks ended at its signal): no failure counted")
             return Result(State.PREEMPTED)
         decision = policy.decide(self.record.failures, self.record.excluded, seen, self.spec.max_failures)
         self.record.failures = list(decision.failures)

@@ -66,3 +66,19 @@ def never_resumes(script: str) -> list[str]:
         raise SpecError(f"--script {script!r}: cannot be read as Python text ({err})") from None
     check = _script_check()
     return [f"{script}:{line}: {text[len(check.NOTE):]}" for line, text in check.resume_findings(tree)]
+
+
+def layout_limits(script: str, gpus: tuple[int, ...]) -> list[str]:
+    """`SCRIPT:LINE: ...` for what the layout makes fail on every rank: a Lightning Trainer without
+    train.lightning's strategy on nodes of different widths (ast alone: no subprocess, nothing run)."""
+    import ast
+
+    if len(set(gpus)) < 2:
+        return []
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=script)
+    except (OSError, UnicodeDecodeError, ValueError, SyntaxError):
+        return []  # never_resumes refuses what is not Python
+    check = _script_check()
+    return [f"{script}:{line}: {text}" for line, text in check.lightning_findings(tree, check.lightning_trainers(tree), gpus)]
