@@ -31,7 +31,7 @@ _term_taken = False  # stop_on_term once per process: it starts a watch thread
 
 
 def after_trainer_import(module) -> None:
-    package = module.__name__.rsplit(".trainer", 1)[0]  # lightning.pytorch or pytorch_lightning
+    package = module.__name__.split(".trainer", 1)[0]  # lightning.pytorch or pytorch_lightning (not .trainer)
     callback = _callback_class(importlib.import_module(f"{package}.callbacks").Callback)
     trainer = module.Trainer
     trainer.__init__ = _with_stop(trainer.__init__, callback)
