@@ -17,7 +17,6 @@ from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
-from slurmgen.script.render import command_word, needs_submitter, render, render_prep, render_submitter
 from slurmgen.plan.words import SpecError, compact_gpus, train_arg
 from slurmgen.submit import submit_command
 from slurmgen.writing import check_output_path, sibling_path, write_files
@@ -25,6 +24,8 @@ from slurmgen.writing import check_output_path, sibling_path, write_files
 
 def invoked_command(argv=None) -> str:
     """The command for the script's header, with a long --gpus list in its compact form."""
+    from slurmgen.script.render import command_word  # jinja2: only where a script is written
+
     args = list(sys.argv[1:] if argv is None else argv)
     for i, arg in enumerate(args):
         if arg in ("--gpus", "-G") and i + 1 < len(args):
@@ -114,6 +115,8 @@ def judge(vetting, scripts, resume_advice: bool = True) -> list:
 def _render_files(plan, output: str) -> dict:
     """Path -> text of every file render writes: the script, and with a het sweep or --prep the
     script that submits them (and the prep job) beside it."""
+    from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
+
     text = render(plan, command=invoked_command())
     if not needs_submitter(plan):
         return {output: text}
@@ -160,6 +163,7 @@ def run_check(plan, err=False, alternatives=(), vetting=None) -> bool:
     (no model, the parser's refusal) fail the check too."""
     from datetime import datetime
 
+    from slurmgen.script.render import render
     from slurmgen.site import estimate
     from slurmgen.site.check import assess
     from slurmgen.site.cluster import ClusterError, query
@@ -232,6 +236,8 @@ def check_command(**params):
         vetting = vet.start(spec, parse_args=True)
     except SpecError as err:
         fail(str(err))
+    from slurmgen.script.render import render
+
     plan = materialize(spec)
     judge(vetting, [render(plan)], resume_advice=False)  # --script's reading says what never resumes
     sys.exit(0 if run_check(plan, alternatives=_alternatives(params, spec), vetting=vetting) else 1)

@@ -14,3 +14,16 @@ def test_render_does_not_import_torch(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert (tmp_path / "job.sh").exists(), result.stderr
     assert "heavy: []" in result.stdout
+
+
+def test_help_imports_no_template_engine(tmp_path):
+    """`slurmgen --help` and `slurmgen render --help` show options only: jinja2 and the templates are
+    imported by the commands that write a script (issue 43: --help under 0.1 s)."""
+    for argv in (["slurmgen", "--help"], ["slurmgen", "render", "--help"]):
+        code = ("import sys\n"
+                "from slurmgen.cli import cli\n"
+                f"sys.argv = {argv!r}\n"
+                "try:\n    cli()\nexcept SystemExit:\n    pass\n"
+                "print('loaded:', sorted({'jinja2', 'slurmgen.script.render'} & set(sys.modules)))\n")
+        result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+        assert "loaded: []" in result.stdout, (argv, result.stdout[-500:], result.stderr[-2000:])
