@@ -75,7 +75,7 @@ NOT_RUN = {
     "--output_dir runs/sft": SUBMITS,
     "python -m slurmgen.submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --dataset_name data.jsonl "
     "--output_dir runs/sft": SUBMITS,
-    "slurmgen submit --detach --nodes 4 --gpus 1,1,2,2 -- --output_dir runs/sft": SUBMITS,
+    "slurmgen submit --detach --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --output_dir runs/sft": SUBMITS,
     "slurmgen submit --attach 1234 --folder logs/submitit": CLUSTER,
     "slurmgen submit --local --gpus 2 -- --model_name_or_path lm --dataset_name data.jsonl "
     "--output_dir runs/local": TRAINS,
