@@ -122,7 +122,7 @@ def test_submit_path_passes_the_dependency_to_sbatch():
 def test_submit_local_refuses_sweeps_and_dependencies(tmp_path, option):
     from slurmgen.submit import submit_command
     result = CliRunner().invoke(submit_command, ["--local", "--log-dir", str(tmp_path), *option, "--",
-                                                 "--output_dir", str(tmp_path / "o")])
+                                                 "--model_name_or_path", "m", "--output_dir", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert result.stderr == (f"slurmgen: error: {option[0]}: not with --local, which runs one job on this machine"
                              " without Slurm\n")
