@@ -85,3 +85,21 @@ def pytest_report_header(config):
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"end-to-end tests ran on: {cluster_profile()}")
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The docs site, built once (mkdocs build --strict) for the tests that read it (test_docs.py,
+    test_docs_site.py)."""
+    import subprocess
+
+    import mkdocs  # noqa: F401  (installed by the Makefile's venv: missing is a failure, not a skip)
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "docs" / "mkdocs.yml"),
+                           "-d", str(out)], cwd=root, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-CONFIG = ROOT / "docs" / "mkdocs.yml"
 PAGES = ROOT / "docs" / "pages"
 GOLDEN = ROOT / "tests" / "golden" / "uneven_1_1_2_2.sh"
 SEED_SCRIPT = ROOT / "tests" / "data" / "seed000" / "train.py"
@@ -209,19 +208,6 @@ def shown_commands() -> tuple[list[Shown], list[str]]:
 
 
 # ---------------------------------------------------------------------------- the site
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    import mkdocs  # noqa: F401  (installed by the Makefile's venv: missing is a failure, not a skip)
-
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(CONFIG), "-d", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
-
-
 def test_the_site_builds_strictly(site):
     assert (site / "index.html").is_file()
     for page in PAGES.rglob("*.md"):

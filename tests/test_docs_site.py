@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,20 +25,6 @@ from tests.conftest import skip_or_fail
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "docs" / "mkdocs.yml"
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    import mkdocs  # noqa: F401  (installed by the Makefile's venv: missing is a failure, not a skip)
-
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(CONFIG), "-d", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
 
 
 class Refs(HTMLParser):
