@@ -1,6 +1,6 @@
 """The process group and the few collectives the entry points use directly.
 
-init_process_group (nccl on CUDA, gloo on CPU, env://, SLURMGEN_COLLECTIVE_TIMEOUT),
+init_process_group (nccl on CUDA, gloo on CPU, env://, SLURMGEN_COLLECTIVE_TIMEOUT once joined),
 destroy_process_group, barrier and broadcast_object. Each is a no-op in a single process
 (no group initialized), so callers need no ``if distributed``. active_group and
 collective_device are for the other modules that run collectives of their own (train.stop,
@@ -17,6 +17,9 @@ from train.contract import COLLECTIVE_TIMEOUT_ENV
 from train.distenv import DistEnv
 
 DEFAULT_COLLECTIVE_TIMEOUT = 600
+# Joining the group waits for every rank to start (imports, a slow node, a loaded host): a short
+# collective timeout must not end a job whose ranks merely start seconds apart.
+JOIN_TIMEOUT = 600
 
 
 def collective_timeout() -> int:
@@ -45,14 +48,17 @@ def init_process_group(denv: DistEnv, device) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device
+    timeout = collective_timeout()
     dist.init_process_group(
         backend="nccl" if device.type == "cuda" else "gloo",
         init_method="env://",
         rank=denv.rank,
         world_size=denv.world_size,
-        timeout=datetime.timedelta(seconds=collective_timeout()),
+        timeout=datetime.timedelta(seconds=max(timeout, JOIN_TIMEOUT)),
         **kwargs,
     )
+    if timeout < JOIN_TIMEOUT:
+        set_timeout(timeout)
 
 
 def active_group():
