@@ -1,7 +1,8 @@
 """`slurmgen render` whole-process time against `torchx run --dryrun -s slurm dist.ddp -j 4x2`.
 
 Alternates the two commands in one run (the machine is noisy) and prints medians and their
-ratio (target: slurmgen <= 0.5x torchx), then the size and render time of a 1024-node job.
+ratio (target: slurmgen <= 0.35x torchx), whole-process `slurmgen --help` against plain Python
+(target: under 0.1 s), then the size and render time of a 1024-node job.
 torchx 0.7.0 lives in its own venv (.bench-venv) so the project never depends on it.
 
     python bench/render_speed.py [--runs 10]
@@ -52,7 +53,14 @@ def main():
         ma, mb = statistics.median(a), statistics.median(b)
         print(f"slurmgen render 1,1,2,2:            median {ma * 1000:7.1f} ms over {args.runs} runs")
         print(f"torchx dryrun dist.ddp -j 4x2:      median {mb * 1000:7.1f} ms over {args.runs} runs")
-        print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.50)")
+        print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.35)")
+        helps, bare = [], []
+        for _ in range(args.runs):
+            helps.append(timed([str(BIN / "slurmgen"), "--help"], work))
+            bare.append(timed([sys.executable, "-c", "pass"], work))
+        mh, mp = statistics.median(helps), statistics.median(bare)
+        print(f"slurmgen --help:                    median {mh * 1000:7.1f} ms (target < 100), plain python"
+              f" {mp * 1000:.1f} ms")
 
         sys.path.insert(0, str(REPO))
         from slurmgen.plan.layout import materialize

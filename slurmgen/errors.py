@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import click
-import cloup
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
@@ -24,7 +23,7 @@ class OneLineErrors:
         try:
             return super().main(args, prog_name, standalone_mode=False, **extra)
         except click.NoSuchOption as err:
-            fail(_elsewhere(err) or err.format_message(), USAGE_ERROR)
+            fail(self.unknown_option(err) or err.format_message(), USAGE_ERROR)
         except click.exceptions.Abort:
             fail("aborted", INTERRUPTED)
         except click.ClickException as err:
@@ -32,22 +31,6 @@ class OneLineErrors:
         except click.exceptions.Exit as exit_:
             sys.exit(exit_.exit_code)
 
-
-def _elsewhere(err: click.NoSuchOption) -> str:
-    """For a job option another command has (submit's --spares): which ones, not click's guess."""
-    from slurmgen.options import shown_by
-
-    name = err.ctx.command.name if err.ctx else ""
-    others = [c for c in shown_by(err.option_name) if c != name]
-    if not others or name in shown_by(err.option_name):
+    def unknown_option(self, err: click.NoSuchOption) -> str:
+        """A better line than click's guess for an option this command lacks, else ''."""
         return ""
-    where = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else others[0]
-    return f"{err.option_name} is not an option of {err.ctx.command_path}; slurmgen {where} take it"
-
-
-class OneLineCommand(OneLineErrors, cloup.Command):
-    """A command whose bad input is one line and exit status 2; its options in --help sections."""
-
-
-class OneLineGroup(OneLineErrors, cloup.Group):
-    """The `slurmgen` group; bad input is one line and exit status 2."""

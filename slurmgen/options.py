@@ -14,12 +14,20 @@ from typing import Optional
 import click
 import cloup
 
+from slurmgen.errors import OneLineErrors
 from slurmgen.plan import sweep
 from slurmgen.plan.option_fields import (CHECK, EVERY, FIT, LAUNCH, LAYOUT, RENDER, SECTIONS, SITE, SUBMIT, JobOption,
                                          declared, nested, option)
 from slurmgen.plan.spec import CONTAINER_RUNTIMES, JobSpec
 from slurmgen.plan.words import SpecError, parse_env, parse_gpus, parse_port_range
 from slurmgen.site import auto_request
+
+
+class OneLineCommand(OneLineErrors, cloup.Command):
+    """A command whose bad input is one line and exit status 2; its options in --help sections."""
+
+    def unknown_option(self, err: click.NoSuchOption) -> str:
+        return elsewhere(err)
 
 
 @dataclass(frozen=True)
@@ -291,3 +299,13 @@ def spec_from_options(params: dict, spec_class=JobSpec) -> JobSpec:
     for _, convert in CONVERTERS:
         converted.update(convert(raw))
     return _build(spec_class, raw, converted).validate()
+
+
+def elsewhere(err: click.NoSuchOption) -> str:
+    """For a job option another command has (submit's --spares): which ones, not click's guess."""
+    name = err.ctx.command.name if err.ctx else ""
+    others = [c for c in shown_by(err.option_name) if c != name]
+    if not others or name in shown_by(err.option_name):
+        return ""
+    where = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else others[0]
+    return f"{err.option_name} is not an option of {err.ctx.command_path}; slurmgen {where} take it"

@@ -11,7 +11,7 @@ import click
 import pytest
 
 from slurmgen import options
-from slurmgen.errors import OneLineCommand
+from slurmgen.options import OneLineCommand
 from slurmgen.plan.option_fields import FAULTS, RENDER, SECTIONS, declared, nested, option
 from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.spec import JobSpec
@@ -53,9 +53,9 @@ def test_every_job_option_is_in_one_section_shown_in_order():
 
 def shown(command: str) -> set:
     """The long options `slurmgen COMMAND --help` lists."""
-    from slurmgen.cli import cli
+    from slurmgen.cli import cli, every_command
 
-    return {o for p in cli.commands[command].params if isinstance(p, click.Option) for o in p.opts if o.startswith("--")}
+    return {o for p in every_command()[command].params if isinstance(p, click.Option) for o in p.opts if o.startswith("--")}
 
 
 EVERY_JOB_OPTION = {flag.split("/")[0] for e in options.ENTRIES for flag in e.option.flags if flag.startswith("--")}
@@ -99,9 +99,9 @@ def test_a_refusal_names_the_submit_command_as_typed():
 def test_each_default_is_declared_once_on_its_field():
     """The click default is the field's (as the command line writes it), and an empty command line
     gives the spec of the fields' defaults."""
-    from slurmgen.cli import cli
+    from slurmgen.cli import cli, every_command
 
-    ctx = cli.commands["render"].make_context("render", [])
+    ctx = every_command()["render"].make_context("render", [])
     for cls in (JobSpec, SlowNodes):
         for field, opt in declared(cls):
             assert ctx.params[opt.name] == opt.text(field.default), field.name

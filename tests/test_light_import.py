@@ -27,3 +27,19 @@ def test_help_imports_no_template_engine(tmp_path):
                 "print('loaded:', sorted({'jinja2', 'slurmgen.script.render'} & set(sys.modules)))\n")
         result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
         assert "loaded: []" in result.stdout, (argv, result.stdout[-500:], result.stderr[-2000:])
+
+
+def test_the_group_alone_imports_click_and_no_command(tmp_path):
+    """`slurmgen --help`, `--version` and a mistyped command load no command's module: the group
+    lists the commands from its table (issue 43: whole-process `slurmgen --help` under 0.1 s,
+    measured by bench/render_speed.py)."""
+    for argv in (["slurmgen", "--help"], ["slurmgen", "--version"], ["slurmgen", "rendr"]):
+        code = ("import sys\n"
+                "from slurmgen.cli import cli\n"
+                f"sys.argv = {argv!r}\n"
+                "try:\n    cli()\nexcept SystemExit:\n    pass\n"
+                "heavy = ('cloup', 'jinja2', 'importlib.metadata', 'slurmgen.')\n"
+                "print('loaded:', sorted(m for m in sys.modules if m.startswith(heavy)"
+                " and m not in ('slurmgen.cli', 'slurmgen.errors')))\n")
+        result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+        assert "loaded: []" in result.stdout, (argv, result.stdout[-800:], result.stderr[-2000:])

@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from slurmgen.cli import cli
+from slurmgen.cli import cli, every_command
 from slurmgen.submit import blame, parameters, submission
 from slurmgen.submit import task
 from slurmgen.plan.spec import JobSpec
@@ -352,7 +352,7 @@ def long_options(command) -> set:
 
 
 # submit does not offer what only a rendered script does (--launcher, --spares, ...): those cases are render's.
-RENDER_ONLY = long_options(cli.commands["render"]) - long_options(submit_command)
+RENDER_ONLY = long_options(every_command()["render"]) - long_options(submit_command)
 RENDER_CASES = [(args, message) for args, message in CASES
                 if message is not None and not {a.split("=")[0] for a in args} & RENDER_ONLY]
 

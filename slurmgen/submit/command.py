@@ -22,8 +22,8 @@ from typing import Optional
 import click
 import cloup
 
-from slurmgen.errors import INTERRUPTED, OneLineCommand, fail
-from slurmgen.options import job_options, spec_from_options
+from slurmgen.errors import INTERRUPTED, fail
+from slurmgen.options import OneLineCommand, job_options, spec_from_options
 from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
@@ -218,8 +218,7 @@ SUBMIT_OPTIONS = cloup.option_group(
     click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls."))
 
 
-@click.command("submit", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]},
-               short_help="Submit the job from Python (submitit) and follow it to its end.")
+@click.command("submit", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @SUBMIT_OPTIONS
 @job_options(SUBMIT)
 def submit_command(folder, detach, local, attach_to, interval, **params):
