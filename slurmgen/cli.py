@@ -10,7 +10,7 @@ import sys
 import click
 import cloup
 
-from slurmgen import __version__
+from slurmgen import __version__, life_cli
 from slurmgen.errors import OneLineGroup, fail
 from slurmgen.options import describe_settings, job_options, spec_from_options
 from slurmgen.site import vet
@@ -338,6 +338,8 @@ def report_command(run_dirs, out, logs):
 
 # `slurmgen submit` is `python -m slurmgen.submit`, the one command.
 cli.add_command(submit_command, "submit")
+for _life in life_cli.COMMANDS:  # status, logs, cancel, list
+    cli.add_command(_life)
 
 
 def main():
