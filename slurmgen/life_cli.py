@@ -8,6 +8,8 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Optional
 
 import click
 
@@ -53,8 +55,30 @@ def status_command(job_ids, as_json):
 
     _slurm()
     found = [_found(j) for j in job_ids] or _current()
-    views = [view(f) for f in found]
+    views = [view(f, script_output_dir(f.entry, (f.records or [{}])[0].get("WorkDir", ""))) for f in found]
     click.echo(json.dumps(views, indent=1) if as_json else "\n".join(human(v) for v in views) or "no slurmgen jobs")
+
+
+def script_output_dir(entry, workdir: str = "") -> Optional[Path]:
+    """Where rank 0 writes its progress: the entry's, else a rendered script's --output_dir (its TARGET)."""
+    if entry.output_dir:
+        return Path(entry.output_dir)
+    if entry.kind != "rendered":
+        return None
+    import shlex
+
+    from slurmgen.plan.words import train_arg
+
+    try:
+        text = Path(entry.command).read_text(errors="replace")
+    except OSError:
+        return None
+    line = next((l for l in text.splitlines() if l.startswith("TARGET=(") and l.endswith(")")), "")
+    try:
+        found = train_arg(shlex.split(line[len("TARGET=("):-1]), "--output_dir", "--output-dir")
+    except ValueError:
+        return None
+    return Path(workdir or ".", found) if found else None
 
 
 def _current() -> list:

@@ -7,7 +7,6 @@ jobs alike; no torch."""
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -85,34 +84,16 @@ def from_slurm(job_id: str, record: dict, cluster: str) -> Optional[index.Entry]
     return index.Entry(cluster, job_id, index.RENDERED, folder, logs, name=name, command=command)
 
 
-def script_output_dir(entry: index.Entry, workdir: str = "") -> Optional[Path]:
-    """Where rank 0 writes its progress: the entry's, else a rendered script's --output_dir (its TARGET)."""
-    if entry.output_dir:
-        return Path(entry.output_dir)
-    if entry.kind != index.RENDERED:
-        return None
-    from slurmgen.plan.words import train_arg
-
-    try:
-        text = Path(entry.command).read_text(errors="replace")
-    except OSError:
-        return None
-    line = next((l for l in text.splitlines() if l.startswith("TARGET=(") and l.endswith(")")), "")
-    try:
-        found = train_arg(shlex.split(line[len("TARGET=("):-1]), "--output_dir", "--output-dir")
-    except ValueError:
-        return None
-    return Path(workdir or ".", found) if found else None
-
-
-def view(found: Found) -> dict:
-    """What `status --json` prints for one job (and the human lines are made of)."""
+def view(found: Found, output_dir: Optional[Path] = None) -> dict:
+    """What `status --json` prints for one job (and the human lines are made of); output_dir: where rank 0
+    writes its progress (None: the entry's; the step then comes from rank 0's heartbeat where there is none)."""
     entry, records = found.entry, found.records
     first = records[0] if records else {}
     record = JobRecord.load(found.files.record)
     state = found.state()
     reason = first.get("Reason", "") if state == "PENDING" else ""
-    progress = last_progress(script_output_dir(entry, first.get("WorkDir", ""))) or beat_progress(records) or {}
+    output_dir = output_dir or (Path(entry.output_dir) if entry.output_dir else None)
+    progress = last_progress(output_dir) or beat_progress(records) or {}
     return {
         "job_id": entry.job_id, "cluster": entry.cluster, "name": entry.name or first.get("JobName", ""),
         "kind": entry.kind, "state": state, "reason": "" if reason in ("None", *NO_VALUE) else reason,
