@@ -135,12 +135,15 @@ def cancel_command(job_id):
     from slurmgen.site.jobs import end_for_good
 
     found = _found(job_id)
-    if found.records and found.ended():
+    if not found.records or found.ended():  # nothing to mark: a finished job must not read as cancelled
         click.echo(f"job {job_id} has already ended: {found.state()}")
         return
+    marked_before = bool(found.files.cancel_mark())
     found.files.mark_cancelled(USER_CANCEL)
     done = subprocess.run(["scancel", job_id], capture_output=True, text=True)
-    if done.returncode != 0:
+    if done.returncode != 0:  # (not your job, say): the mark would otherwise end it at its next decision
+        if not marked_before:
+            found.files.cancelled.unlink(missing_ok=True)
         fail(f"scancel {job_id} failed: {done.stderr.strip() or done.returncode}", 1)
     ended = end_for_good(job_id, lambda: subprocess.run(["scancel", job_id], capture_output=True), CANCEL_WAIT)
     click.echo(f"job {job_id} cancelled for good: it will not be requeued"

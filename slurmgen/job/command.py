@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from functools import partial
@@ -70,7 +71,10 @@ def main(argv: list[str] = ()) -> int:
         print(err, file=sys.stderr)
         return 1
     job.files.folder.mkdir(parents=True, exist_ok=True)
-    index.write(index_entry(job, os.environ))
+    try:
+        index.write(index_entry(job, os.environ))
+    except (OSError, subprocess.SubprocessError):  # a job never fails for its index entry
+        pass
     return exit_status(runtime(job).main())
 
 
