@@ -49,6 +49,29 @@ def test_the_index_keeps_one_entry_per_cluster_and_job_id(tmp_path, state_home):
     assert index.find("77", "lab").started == 40.0
 
 
+def test_the_job_runtime_indexes_a_rendered_job_with_its_logs_and_keeps_its_first_start(tmp_path, state_home,
+                                                                                        monkeypatch):
+    """A relative --log-dir (the job's working directory) is written as a full path; a requeued run of
+    the same job keeps the first start's time, so `list` orders jobs by when they began."""
+    from slurmgen.job.command import index_entry
+    from slurmgen.job.states import Job
+    from slurmgen.runtime_spec import Component, RuntimeSpec
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "lab")
+    spec = RuntimeSpec(6, (Component("c0", 2, 1, "component_0"), Component("c1", 2, 2, "component_1")), logs="logs")
+    job = Job(spec, "77", JobFiles.of(spec.logs, "77"))
+    record = parse_records(f"JobId=77 JobName=sft StdOut={tmp_path}/logs/sft-77.out StdErr={tmp_path}/logs/sft-77.out"
+                           f" Command={tmp_path}/job.sh\n")[0]
+    first = index_entry(job, {"SLURM_JOB_NAME": "sft"}, record)
+    assert (first.cluster, first.kind, first.folder, first.logs, first.name, first.command, first.world_size) == (
+        "lab", "rendered", str(tmp_path / "logs" / ".slurmgen-77"), [str(tmp_path / "logs" / "sft-77.out")], "sft",
+        f"{tmp_path}/job.sh", 6)
+    index.write(first)
+    time.sleep(0.01)
+    assert index_entry(job, {"SLURM_JOB_NAME": "sft"}, record).started == first.started  # the requeued run
+
+
 def test_an_unwritable_index_never_fails_the_job(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -166,8 +189,13 @@ def test_a_pending_rendered_job_is_found_beside_its_log_before_the_runtime_index
     records = parse_records(f"JobId=77 JobName=sft JobState=PENDING StdOut={log} Command={script}\n")
     found = job_life.locate("77", records, "lab")
     assert found.entry.kind == "rendered" and found.entry.folder == str(log.parent / ".slurmgen-77")
+    submitted = parse_records(f"JobId=77 JobName=sft JobState=RUNNING StdOut={tmp_path}/submitit/77_0_log.out\n")
+    (tmp_path / "submitit").mkdir()
+    (tmp_path / "submitit" / "77_slurmgen.json").write_text("{}")  # what `submit` writes beside the logs
+    entry = job_life.locate("77", submitted, "lab").entry
+    assert (entry.kind, entry.task_logs) == ("submitted", f"{tmp_path}/submitit/77_{{rank}}_log")
     script.write_text("#!/bin/bash\nsrun hostname\n")  # not a slurmgen job
-    with pytest.raises(job_life.LifeError, match="^job 77: unknown: neither Slurm nor the index"):
+    with pytest.raises(job_life.LifeError, match=r"^job 77: not a slurmgen job \(neither your index nor its script"):
         job_life.locate("77", records, "lab")
 
 

@@ -72,18 +72,19 @@ def main(argv: list[str] = ()) -> int:
         return 1
     job.files.folder.mkdir(parents=True, exist_ok=True)
     try:
-        index.write(index_entry(job, os.environ))
+        from slurmgen.site.jobs import job_records
+
+        index.write(index_entry(job, os.environ, (job_records(job.id) or [{}])[0]))
     except (OSError, subprocess.SubprocessError):  # a job never fails for its index entry
         pass
     return exit_status(runtime(job).main())
 
 
-def index_entry(job: Job, env) -> index.Entry:
-    """This job in the user's index (slurmgen status, logs, list): its folder and logs, as Slurm names
-    them; the first start's time kept across requeues."""
-    from slurmgen.site.jobs import NO_VALUE, job_records
+def index_entry(job: Job, env, record: dict) -> index.Entry:
+    """This job in the user's index (slurmgen status, logs, list): its folder, and its logs as Slurm names
+    them (record: scontrol's); the first start's time kept across requeues."""
+    from slurmgen.site.jobs import NO_VALUE
 
-    record = (job_records(job.id) or [{}])[0]
     logs = [str(Path(p).absolute()) for p in dict.fromkeys([record.get("StdOut", ""), record.get("StdErr", "")])
             if p not in NO_VALUE]
     cluster, folder = index.cluster_name(), str(job.files.folder.absolute())

@@ -57,6 +57,9 @@ def check_id(job_id: str) -> str:
 def locate(job_id: str, records: list[dict], cluster: str) -> Found:
     """The job from the index, else from Slurm's record of it; LifeError when neither knows it."""
     entry = index.find(check_id(job_id), cluster) or (from_slurm(job_id, records[0], cluster) if records else None)
+    if entry is None and records:
+        raise LifeError(f"job {job_id}: not a slurmgen job (neither your index nor its script says slurmgen made"
+                        " it): use Slurm's own commands for it")
     if entry is None:
         raise LifeError(f"job {job_id}: unknown: neither Slurm nor the index of your slurmgen jobs ({index.root()})"
                         " knows it")
