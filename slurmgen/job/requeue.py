@@ -5,7 +5,6 @@ decides what follows."""
 
 from __future__ import annotations
 
-
 from slurmgen.job import hangs, policy, retry
 from slurmgen.job.checks import say
 from slurmgen.job.record import CRASH

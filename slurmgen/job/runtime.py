@@ -196,7 +196,7 @@ class Runtime:
 
     def _warned(self) -> Optional[Result]:
         """The stop file (USR2 from --signal, or TERM); with a node down, Slurm is ending the job: a failure."""
-        if self.slurm.job_info(self.job.id, self.files).cancelled:  # scancel's TERM, not a warning: nothing to save for
+        if self.slurm.job_info(self.job.id, self.files).cancelled:  # scancel's TERM, not a warning: nothing to save
             return self._cancelled(stop=True)
         if self.slurm.lost_nodes(self.spares.nodes() if self.spares else self.nodes):
             if self.spares:  # recovered from here: the ranks must not stop at the stop file

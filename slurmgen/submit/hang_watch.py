@@ -38,7 +38,6 @@ class HangWatch:
                             self.sub.job_id, self.since, outside=True, say=self._say)
         if found is not None:
             self.hung, self.suspect = True, found[1]
-            files.folder.mkdir(parents=True, exist_ok=True)
             files.mark_cancelled(HANG_CANCEL)  # the tasks must not requeue
             self.sub.end_for_good()
 

@@ -111,7 +111,8 @@ def index_entry(sub: "Submission", spec: JobSpec) -> index.Entry:
 
     kind, name = spec.target
     command = shlex.join([*(["-m"] if kind == "module" else []), name, *spec.train_args])
-    return index.Entry(index.cluster_name(), sub.job_id, index.SUBMITTED, str(JobFiles.of(sub.folder, sub.job_id).folder),
+    folder = str(JobFiles.of(sub.folder, sub.job_id).folder)
+    return index.Entry(index.cluster_name(), sub.job_id, index.SUBMITTED, folder,
                        task_logs=str(sub.folder / f"{sub.job_id}_{{rank}}_log"), name=spec.job_name, command=command,
                        world_size=sub.world_size, output_dir=str(sub.output_dir or ""), started=sub.submitted_at)
 

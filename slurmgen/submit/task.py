@@ -160,8 +160,9 @@ class _StopOnSignal:
             signal.alarm(max(10, self.grace // 2))
 
     def _requeue(self, signum) -> None:
-        """submitit's handler (checkpoint(), scontrol requeue, exit), unless the job was
-        cancelled after a hang: then this task fails instead."""
+        """submitit's handler (checkpoint(), scontrol requeue, exit), unless the job was cancelled:
+        after a hang this task then fails (a failure, retried by the submitting side); after the
+        user's cancel (scancel, `slurmgen cancel`) it just stops."""
         files = JobFiles(self.cancelled.parent) if self.cancelled is not None else None
         if files is not None and files.cancel_mark() == HANG_CANCEL:
             _one_line_excepthook()
