@@ -21,6 +21,10 @@ COMMANDS = {
     "watch": ("slurmgen.observe_commands", "watch_command",
               "Follow a job (or a sweep's jobs) to its end: state, step, loss."),
     "report": ("slurmgen.observe_commands", "report_command", "Compare runs: a ranked table, report.html and plots."),
+    "status": ("slurmgen.life_commands", "status_command", "Say where jobs stand: state, step, loss, restarts, logs."),
+    "logs": ("slurmgen.life_commands", "logs_command", "Print (or follow) a job's logs."),
+    "cancel": ("slurmgen.life_commands", "cancel_command", "Cancel a job for good."),
+    "list": ("slurmgen.life_commands", "list_command", "List your slurmgen jobs."),
 }
 
 

@@ -16,7 +16,7 @@ from slurmgen.plan.option_fields import FAULTS, RENDER, SECTIONS, declared, nest
 from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.spec import JobSpec
 
-COMMANDS = ["render", "check", "fit", "submit", "watch", "report"]
+COMMANDS = ["render", "check", "fit", "submit", "watch", "report", "status", "logs", "cancel", "list"]
 
 
 def slurmgen(*args, **env):

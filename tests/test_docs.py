@@ -76,6 +76,12 @@ NOT_RUN = {
     "--output_dir runs/sft": SUBMITS,
     "slurmgen submit --detach --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --output_dir runs/sft": SUBMITS,
     "slurmgen submit --attach 1234 --folder logs/submitit": CLUSTER,
+    # after submission (status, logs, cancel, list)
+    "slurmgen status 1234": CLUSTER,
+    "slurmgen status 1234 --json": CLUSTER,
+    "slurmgen logs 1234 --rank 3 --follow": CLUSTER,
+    "slurmgen cancel 1234": CLUSTER,
+    "slurmgen list": CLUSTER,
     "slurmgen submit --local --gpus 2 -- --model_name_or_path lm --dataset_name data.jsonl "
     "--output_dir runs/local": TRAINS,
     # training entry points

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from slurmgen.job.record import Failure, JobFiles, JobRecord
+from slurmgen.job.record import USER_CANCEL, Failure, JobFiles, JobRecord
 from slurmgen.job.runtime import PREEMPTED_WAIT, Runtime
 from slurmgen.job.states import Job, exit_status
 from slurmgen.runtime_spec import Component, Preflight, RuntimeSpec
-from slurmgen.job.slurm import JobInfo
+from slurmgen.job.slurm import JobInfo, marked
 
 NODES = ["node1", "node2", "node3", "node4"]
 
@@ -86,9 +86,9 @@ class Slurm:
         self.nodes = nodes  # the job's NodeList as scontrol shows it
         self.requeued, self.excluded = [], None
 
-    def job_info(self, job):
-        return JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted,
-                       cancelled=self.cancelled)
+    def job_info(self, job, files=None):  # scontrol's part stood in for; the job folder's cancel mark read for real
+        return marked(JobInfo(nodes=self.nodes, partition="gpu", log="job.out", preempted=self.preempted,
+                              cancelled=self.cancelled), files)
 
     def lost_nodes(self, names):
         return {n: s for n, s in self.bad.items() if n in names}
@@ -456,6 +456,31 @@ def test_a_plain_script_killed_by_scancel_is_no_failure_to_retry(job, capsys):
     runtime, _ = job(component_0=killed, component_1=killed, slurm=slurm)
     assert status(runtime) == 0
     assert "was cancelled (scancel)" in capsys.readouterr().out
+    assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "cancelled"
+
+
+def test_slurmgen_cancel_during_the_checkpoint_refuses_the_requeue_the_warning_would_make(job, capsys):
+    """`slurmgen cancel` marks the job's folder before its scancel reaches Slurm: ranks checkpointing at
+    a time-limit warning stop ("stopped 7") while Slurm still says RUNNING; the mark alone ends it."""
+    slurm = Slurm()
+    saving = stops_with("stopped 7")
+
+    def cancelled_while_saving(now):
+        job.files.mark_cancelled(USER_CANCEL)
+        return saving(now)
+    saving.folder = job.files.folder.parent
+    job.files.stop.touch()
+    runtime, _ = job(component_0=cancelled_while_saving, component_1=saving, slurm=slurm)
+    assert status(runtime) == 0 and runtime.run.state.value == "cancelled"
+    assert "slurmgen: job 77 was cancelled (scancel): ending it, not requeueing it" in capsys.readouterr().out
+    assert slurm.requeued == [] and record(job.files).restarts == 0 and record(job.files).state == "cancelled"
+
+
+def test_a_crash_after_slurmgen_cancel_is_no_failure_to_requeue(job, capsys):
+    slurm = Slurm()
+    job.files.mark_cancelled(USER_CANCEL)
+    runtime, _ = job(component_0=exits(1, 1003), slurm=slurm)
+    assert status(runtime) == 0
     assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "cancelled"
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from functools import partial
+from pathlib import Path
 
-from slurmgen.job import hangs, slurm, stragglers
+from slurmgen.job import hangs, index, slurm, stragglers
 from slurmgen.job.record import SETTLE_SECONDS, JobFiles
 from slurmgen.job.replace import Spares
 from slurmgen.job.runtime import Runtime
@@ -69,7 +71,27 @@ def main(argv: list[str] = ()) -> int:
         print(err, file=sys.stderr)
         return 1
     job.files.folder.mkdir(parents=True, exist_ok=True)
+    try:
+        from slurmgen.site.jobs import job_records
+
+        index.write(index_entry(job, os.environ, (job_records(job.id) or [{}])[0]))
+    except (OSError, subprocess.SubprocessError):  # a job never fails for its index entry
+        pass
     return exit_status(runtime(job).main())
+
+
+def index_entry(job: Job, env, record: dict) -> index.Entry:
+    """This job in the user's index (slurmgen status, logs, list): its folder, and its logs as Slurm names
+    them (record: scontrol's); the first start's time kept across requeues."""
+    from slurmgen.site.jobs import NO_VALUE
+
+    logs = [str(Path(p).absolute()) for p in dict.fromkeys([record.get("StdOut", ""), record.get("StdErr", "")])
+            if p not in NO_VALUE]
+    cluster, folder = index.cluster_name(), str(job.files.folder.absolute())
+    earlier = index.read(cluster, job.id)
+    started = earlier.started if earlier and earlier.folder == folder else time.time()
+    return index.Entry(cluster, job.id, index.RENDERED, folder, logs, name=env.get("SLURM_JOB_NAME", ""),
+                       command=record.get("Command", ""), world_size=job.spec.world_size, started=started)
 
 
 if __name__ == "__main__":

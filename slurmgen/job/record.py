@@ -19,6 +19,10 @@ NODE_LEVEL = (NODE, PREFLIGHT, SLOW)
 # runtime's and the submit path's fail-fast window alike; SLURMGEN_SETTLE_SECONDS in tests).
 SETTLE_SECONDS = 10.0
 
+# Who cancelled a job for good (JobFiles.cancel_mark): the user, or the submit path's hang watch (whose
+# cancel is a failure, retried by the submitting side).
+USER_CANCEL, HANG_CANCEL = "slurmgen cancel", "hang"
+
 
 @dataclass(frozen=True)
 class JobFiles:
@@ -56,8 +60,21 @@ class JobFiles:
         return self.folder / "launch.sh"
 
     @property
-    def cancelled(self) -> Path:  # the submit path's hang watch cancelled the job: its tasks must not requeue it
+    def cancelled(self) -> Path:  # cancelled for good: nothing may requeue the job (its text: who, cancel_mark)
         return self.folder / "cancelled"
+
+    def mark_cancelled(self, who: str) -> None:
+        """Before the scancel: a requeue decided before Slurm says CANCELLED is refused (slurm.job_info)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.cancelled.write_text(who + "\n")
+
+    def cancel_mark(self) -> str:
+        """Who cancelled the job for good: USER_CANCEL (`slurmgen cancel`), HANG_CANCEL (the submit path's
+        hang watch; an empty mark too), or "" when nobody did."""
+        try:
+            return self.cancelled.read_text().strip() or HANG_CANCEL
+        except OSError:
+            return ""
 
     @property
     def hang_report(self) -> Path:  # every hang's report, beside the job log

@@ -5,22 +5,20 @@ decides what follows."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from slurmgen.job import hangs, policy, retry
 from slurmgen.job.checks import say
 from slurmgen.job.record import CRASH
 
 
-def seen(slurm_api, job: str, nodes: list[str], beats: Path, why: str, node: str, lost: dict):
-    """What the policy is told of this failure, and the job's info from Slurm. lost: nodes the spares'
-    probes found gone."""
-    info = slurm_api.job_info(job)
+def seen(slurm_api, job: str, nodes: list[str], files, why: str, node: str, lost: dict):
+    """What the policy is told of this failure, and the job's info from Slurm (a cancel marked in the
+    job's folder, files, counts). lost: nodes the spares' probes found gone."""
+    info = slurm_api.job_info(job, files)
     # 25.11 may drop a failed node from the job's NodeList
     gone = {**slurm_api.lost_nodes(sorted(set(info.nodes) | set(nodes))), **lost}
     log = slurm_api.read_log(info.log) if why == CRASH else ""
     node = node if gone else slurm_api.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
-    return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(beats)), refused=retry.step_refused(log)), info
+    return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(files.beats)), refused=retry.step_refused(log)), info
 
 
 def fits_without(slurm_api, layout, info, nodes) -> bool:

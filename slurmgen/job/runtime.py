@@ -196,7 +196,7 @@ class Runtime:
 
     def _warned(self) -> Optional[Result]:
         """The stop file (USR2 from --signal, or TERM); with a node down, Slurm is ending the job: a failure."""
-        if self.slurm.job_info(self.job.id).cancelled:  # scancel's TERM, not a warning: nothing to save for
+        if self.slurm.job_info(self.job.id, self.files).cancelled:  # scancel's TERM, not a warning: nothing to save
             return self._cancelled(stop=True)
         if self.slurm.lost_nodes(self.spares.nodes() if self.spares else self.nodes):
             if self.spares:  # recovered from here: the ranks must not stop at the stop file
@@ -223,7 +223,7 @@ class Runtime:
         if how == contract.FINISHED:
             say("slurmgen: training finished before the warning could stop it; not requeueing")
             return Result(State.FINISHED, status)
-        info = self.slurm.job_info(self.job.id)
+        info = self.slurm.job_info(self.job.id, self.files)
         if info.cancelled:
             return self._cancelled()
         if status and how != contract.STOPPED and not info.preempted:  # a preempted job: Slurm requeues it
@@ -252,7 +252,7 @@ class Runtime:
         spare), or the job is requeued without the nodes to blame (REQUEUED), or it ends (FAILED)."""
         spare = spare and self.spares is not None
         self.record.open_run = []  # this run ends here, by the runtime's own hand
-        seen, info = requeue.seen(self.slurm, self.job.id, self.nodes, self.files.beats, why, node,
+        seen, info = requeue.seen(self.slurm, self.job.id, self.nodes, self.files, why, node,
                                   self.spares.lost() if spare else {})
         if info.cancelled:  # the user ended it (and its ranks with it): no failure to count, nothing to retry
             return self._cancelled()
@@ -297,7 +297,7 @@ class Runtime:
         if len(self.record.failures) >= self.spec.max_failures:
             return False
         return bool(self.spares and self.spares.can_replace(node)) or requeue.fits_without(
-            self.slurm, self.spec.layout, self.slurm.job_info(self.job.id), [*self.record.excluded, node])
+            self.slurm, self.spec.layout, self.slurm.job_info(self.job.id, self.files), [*self.record.excluded, node])
 
     def _restart(self) -> None:
         """The components again, on the placement as it is now: a fresh run of the same allocation."""

@@ -39,12 +39,13 @@ class JobInfo:
     cancelled: bool = False  # scancel: the user's decision, final (Slurm says CANCELLED at once, then TERMs all)
 
 
-def job_info(job: str) -> JobInfo:
+def job_info(job: str, files=None) -> JobInfo:
+    """files: the job's folder (record.JobFiles), whose cancel mark counts as Slurm's word (marked)."""
     from slurmgen.site.jobs import job_records
 
     records = job_records(job)
     if not records:
-        return JobInfo()
+        return marked(JobInfo(), files)
     nodes = [n for r in records for n in expand(r.get("NodeList", ""))]
     pinned = [n for r in records for n in expand(r.get("ReqNodeList", ""))]
     # Slurm adds to each het component's ExcNodeList the nodes pinned to the others.
@@ -53,7 +54,17 @@ def job_info(job: str) -> JobInfo:
     log = records[0].get("StdErr") or records[0].get("StdOut", "")
     preempted = records[0].get("PreemptTime", "")[:1].isdigit()  # a date once Slurm preempts it
     cancelled = was_cancelled(records[0])
-    return JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted, cancelled)
+    return marked(JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted, cancelled), files)
+
+
+def marked(info: JobInfo, files) -> JobInfo:
+    """The one reading of a cancel: Slurm's (was_cancelled), or the job folder's mark, which `slurmgen
+    cancel` writes before its scancel: a requeue the job's side decides in between is refused too."""
+    if files is None or not files.cancel_mark():
+        return info
+    from dataclasses import replace
+
+    return replace(info, cancelled=True)
 
 
 def was_cancelled(record: dict) -> bool:

@@ -46,3 +46,20 @@ def overall_state(records: list[dict]) -> str:
 
 
 NO_VALUE = ("", "(null)", "N/A")
+
+
+def end_for_good(job_id: str, cancel, timeout: float = 180.0) -> bool:
+    """Cancel the job (cancel()) until it has ended for good: one already stopping when the cancel's
+    TERM came may still requeue itself. True once no component is left that could (COMPLETING is not
+    yet: steps are still ending); False after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {r.get("JobState") for r in job_records(job_id)}
+        if states <= TERMINAL:
+            return True
+        if states & {"PENDING", "REQUEUED", "RUNNING", "CONFIGURING", "SUSPENDED"}:
+            cancel()
+        time.sleep(1.0)
+    return False

@@ -217,11 +217,4 @@ class Submission:
         """Cancel the job and keep it cancelled: a task that was already stopping when the
         cancel's TERM came may still requeue it. Returns once no step is left (nothing can
         requeue it any more) or after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = {r.get("JobState") for r in jobs.job_records(self.job_id)}
-            if states <= jobs.TERMINAL:  # COMPLETING is not: steps are still ending
-                return
-            if states & {"PENDING", "REQUEUED", "RUNNING", "CONFIGURING", "SUSPENDED"}:
-                self.cancel()
-            time.sleep(1.0)
+        jobs.end_for_good(self.job_id, self.cancel, timeout)

@@ -24,7 +24,7 @@ class HangWatch:
 
     def __call__(self, status) -> None:
         from slurmgen.job import hangs
-        from slurmgen.job.record import JobFiles
+        from slurmgen.job.record import HANG_CANCEL, JobFiles
 
         if self.hung:
             return
@@ -38,8 +38,7 @@ class HangWatch:
                             self.sub.job_id, self.since, outside=True, say=self._say)
         if found is not None:
             self.hung, self.suspect = True, found[1]
-            files.folder.mkdir(parents=True, exist_ok=True)
-            files.cancelled.touch()  # the tasks must not requeue
+            files.mark_cancelled(HANG_CANCEL)  # the tasks must not requeue
             self.sub.end_for_good()
 
     def _say(self, line: str) -> None:

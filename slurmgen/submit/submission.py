@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from slurmgen.job import index
 from slurmgen.plan import sweep
 from slurmgen.plan.launch import container_exec
 from slurmgen.plan.spec import JobSpec
@@ -99,7 +100,21 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
                      submitted_at)
     if not local:  # a local job dies with this process: nothing to attach to later
         _write_record(sub)
+        index.write(index_entry(sub, spec))
     return sub
+
+
+def index_entry(sub: "Submission", spec: JobSpec) -> index.Entry:
+    """The submitted job in the user's index (slurmgen status, logs, list): rank R's logs are submitit's
+    {job}_{R}_log.out and .err in its folder."""
+    from slurmgen.job.record import JobFiles
+
+    kind, name = spec.target
+    command = shlex.join([*(["-m"] if kind == "module" else []), name, *spec.train_args])
+    folder = str(JobFiles.of(sub.folder, sub.job_id).folder)
+    return index.Entry(index.cluster_name(), sub.job_id, index.SUBMITTED, folder,
+                       task_logs=str(sub.folder / f"{sub.job_id}_{{rank}}_log"), name=spec.job_name, command=command,
+                       world_size=sub.world_size, output_dir=str(sub.output_dir or ""), started=sub.submitted_at)
 
 
 def submit_sweep(spec: JobSpec, folder: Optional[str] = None) -> list:

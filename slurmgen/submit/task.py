@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import MutableMapping, Optional
 
 from slurmgen.contract import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_DIR_ENV, STOP_FILE_ENV, STOP_WAIT_ENV
-from slurmgen.job.record import JobFiles
+from slurmgen.job.record import HANG_CANCEL, JobFiles
 from slurmgen.job.rendezvous import job_port, node_iface
 from slurmgen.plan.launch import iface_prefixes
 from slurmgen.plan.spec import SHIPPED_MODULES
@@ -111,13 +111,13 @@ def cancelled_file(folder, job_id: str) -> Path:
     return JobFiles.of(folder, job_id).cancelled
 
 
-def cancelled_by_slurm(job: str) -> bool:
-    """Whether Slurm says the job was cancelled (scancel, the user's or an administrator's final
-    word, whose TERM the ranks would take as a preemption's): CANCELLED, or COMPLETING ended before
-    its limit (slurmgen.job.slurm.was_cancelled)."""
-    from slurmgen.job.slurm import job_info
+def cancelled_by_slurm(job: str, files: Optional[JobFiles] = None) -> bool:
+    """Whether the job was cancelled (scancel, the user's or an administrator's final word, whose TERM
+    the ranks would take as a preemption's): Slurm says CANCELLED, or COMPLETING ended before its
+    limit, or `slurmgen cancel` marked it in the job's folder (slurmgen.job.slurm.job_info)."""
+    from slurmgen.job.slurm import JobInfo, job_info, marked
 
-    return bool(job) and job_info(job).cancelled
+    return (job_info(job, files) if job else marked(JobInfo(), files)).cancelled
 
 
 def job_id_of(env) -> str:
@@ -160,12 +160,14 @@ class _StopOnSignal:
             signal.alarm(max(10, self.grace // 2))
 
     def _requeue(self, signum) -> None:
-        """submitit's handler (checkpoint(), scontrol requeue, exit), unless the job was
-        cancelled after a hang: then this task fails instead."""
-        if self.cancelled is not None and self.cancelled.exists():
+        """submitit's handler (checkpoint(), scontrol requeue, exit), unless the job was cancelled:
+        after a hang this task then fails (a failure, retried by the submitting side); after the
+        user's cancel (scancel, `slurmgen cancel`) it just stops."""
+        files = JobFiles(self.cancelled.parent) if self.cancelled is not None else None
+        if files is not None and files.cancel_mark() == HANG_CANCEL:
             _one_line_excepthook()
             raise TrainingFailed("the job was cancelled after a hang; not requeueing it")
-        if cancelled_by_slurm(os.environ.get("SLURM_JOB_ID", "")):
+        if cancelled_by_slurm(os.environ.get("SLURM_JOB_ID", ""), files):
             print(f"{START_MARK} the job was cancelled (scancel): stopped, not requeueing it",
                   file=sys.stderr, flush=True)
             return
