@@ -37,7 +37,9 @@ def toml_value(value) -> str:
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
-    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")  # JSON's escapes are TOML's
+    text = json.dumps(str(value), ensure_ascii=False)  # JSON's escapes are TOML's
+    # DEL is no TOML text; a surrogate (undecodable command-line bytes) is shown escaped, and refused on reading
+    return "".join(f"\\u{ord(c):04x}" if c == "\x7f" or "\ud800" <= c <= "\udfff" else c for c in text)
 
 
 def _refuse(where: str, key: str, value, allowed: str) -> SpecError:
