@@ -80,17 +80,32 @@ class Job:
     def write(self, path) -> Path:
         """Write the script to `path` (whole or not at all) and make the log directory, as render
         does; returns the path. The script's `# Command:` line then names `-o path`."""
-        from slurmgen.writing import check_output_path, write_atomically
+        from slurmgen.writing import check_output_path, undo, write_atomically
 
         path = str(path)
-        _checked(lambda: check_output_path(path))
-        text = self._script(path)
+        text = self._script(path)  # refused before anything is made
+        made = self._make_log_dir()  # Slurm opens the log before the job starts
         try:
-            os.makedirs(self.spec.log_dir, exist_ok=True)  # Slurm opens the log before the job starts
+            check_output_path(path)
             write_atomically(path, text)
+        except SpecError as err:
+            undo(made, self.spec.log_dir)
+            raise JobError(str(err)) from None
         except OSError as err:
+            undo(made, self.spec.log_dir)
             raise JobError(f"-o {path!r}: cannot write it: {err.strerror or err}") from None
         return Path(path)
+
+    def _make_log_dir(self) -> str:
+        """The log directory; returns the outermost directory made now ("" if it was there), for undo."""
+        outermost, parent = "", os.path.abspath(self.spec.log_dir)
+        while not os.path.lexists(parent):
+            outermost, parent = parent, os.path.dirname(parent)
+        try:
+            os.makedirs(self.spec.log_dir, exist_ok=True)
+        except OSError as err:
+            raise JobError(f"--log-dir {self.spec.log_dir!r}: cannot create it: {err.strerror or err}") from None
+        return outermost
 
     def _script(self, output: str) -> str:
         from slurmgen.plan.layout import materialize

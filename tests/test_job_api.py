@@ -108,7 +108,15 @@ def test_one_exception_type_for_every_refusal(workdir):
         with pytest.raises(slurmgen.JobError) as raised:
             _quiet(step)
         assert "\n" not in str(raised.value)
-    assert not (workdir / "no").exists()
+    assert not (workdir / "no").exists() and not (workdir / "logs").exists()  # nothing left behind
+
+
+def test_a_script_may_go_into_the_log_directory_it_makes(workdir):
+    """submit(via="sbatch") writes LOG_DIR/JOB_NAME.sh by default: the directory is made first."""
+    job = slurmgen.Job(nodes=2, gpus=2, log_dir="out/logs", job_name="small")
+    _quiet(lambda: job.write("out/logs/small.sh"))
+    assert (workdir / "out" / "logs" / "small.sh").read_text() == _quiet(job.render).replace(
+        "# Command: slurmgen render ", "# Command: slurmgen render -o out/logs/small.sh ", 1)
 
 
 def test_a_batch_jobs_metrics_are_rank_0s_metrics_json(tmp_path):
