@@ -200,8 +200,8 @@ def describe_settings(ctx: click.Context, params: dict) -> str:
     origin = {ParameterSource.COMMANDLINE: "command line", ParameterSource.ENVIRONMENT: "environment",
               ParameterSource.DEFAULT: "default", ParameterSource.DEFAULT_MAP:
               f"profile [{profile[0]}] in {profile[1]}" if profile else "profile"}
-    sources = {name: f"job file {path}" if name in from_file else origin.get(ctx.get_parameter_source(name), "default")
-               for name in params}
+    sources = {name: origin.get(ctx.get_parameter_source(name), "default") for name in params}
+    sources.update({name: f"job file {path}" for name in from_file if sources.get(name, "").startswith("profile")})
     return job_file(ENTRIES, params, sources)
 
 

@@ -130,3 +130,11 @@ def test_submit_refuses_a_key_only_a_rendered_script_honours():
     # a key left at its default is no promise broken; fit takes the layout and the memory only
     assert job_file.for_command(ENTRIES, {"spares": 0, "nodes": 2}, "submit", "") == {"nodes": 2}
     assert job_file.for_command(ENTRIES, found, "fit", "") == {"nodes": 2, "spares": 0}
+
+
+def test_the_shown_config_says_which_values_came_from_the_file(render_args, workdir):
+    (workdir / "job.toml").write_text('nodes = 4\ngpus = "1,1,2,2"\n')
+    shown = render_args("render", "-f", "job.toml", "--gpus", "2", "--show-config")
+    lines = {line.split(" = ")[0]: line for line in shown.stdout.splitlines()}
+    assert lines["nodes"].endswith("# job file job.toml")
+    assert lines["gpus"].startswith('gpus = "2"') and lines["gpus"].endswith("# command line")
