@@ -74,6 +74,8 @@ def option_value(entries, key: str, value, where: str = ""):
     entry = next((e for e in entries if e.option.name == name), None)
     if entry is None:
         raise _unknown(entries, where, key, value)
+    if value is None:  # a Job keyword left unset (TOML has no null)
+        return name, entry.default
     if isinstance(value, tuple):
         value = list(value)
     return name, _typed(entry, key, value, where)

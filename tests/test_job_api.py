@@ -69,8 +69,9 @@ def test_the_job_file_round_trips(render_args, workdir):
     assert _quiet(slurmgen.Job.from_file("shown.toml").render) == _quiet(job.render)
     (workdir / "own.toml").write_text(job.config())
     assert _quiet(slurmgen.Job.from_file("own.toml").render) == _quiet(job.render)
-    fewer = slurmgen.Job.from_file("own.toml", gpus=2, args=["--max_steps", "7"])  # keywords win over the file
+    fewer = slurmgen.Job.from_file("own.toml", gpus=2, time=None, args=["--max_steps", "7"])  # keywords win
     assert fewer.gpus == "2" and fewer.args == ("--max_steps", "7") and fewer.script == "train.py"
+    assert fewer.time is None  # None: the option's default, as if the file did not set it
     assert "hetjob" not in _quiet(fewer.render)
 
 
