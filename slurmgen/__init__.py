@@ -1,3 +1,15 @@
-"""slurmgen: correct multi-node, multi-GPU training scripts for Slurm, uneven clusters included."""
+"""slurmgen: correct multi-node, multi-GPU training scripts for Slurm, uneven clusters included.
+
+The Python API, `slurmgen.Job` (and its `slurmgen.JobError`), is imported on first use: `import
+slurmgen` stays as light as `slurmgen render` must be on a login node."""
 
 __version__ = "0.2.0"
+__all__ = ["Job", "JobError", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("Job", "JobError"):
+        from slurmgen import job_api
+
+        return getattr(job_api, name)
+    raise AttributeError(f"module 'slurmgen' has no attribute {name!r}")

@@ -16,21 +16,17 @@ from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
-from slurmgen.plan.words import SpecError, compact_gpus, train_arg
+from slurmgen.plan.words import SpecError, train_arg
 from slurmgen.writing import check_output_path, sibling_path, write_files
 
 
-def invoked_command(argv=None) -> str:
-    """The command for the script's header, with a long --gpus list in its compact form."""
-    from slurmgen.script.render import command_word  # jinja2: only where a script is written
+def invoked_command(params: dict, output: str = "-") -> str:
+    """The script's `# Command:` line: the command that writes it again, from the effective settings,
+    so that options typed, a job file (-f), a profile and a slurmgen.Job give the same script."""
+    from slurmgen.options import ENTRIES
+    from slurmgen.settings_text import command_line
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    for i, arg in enumerate(args):
-        if arg in ("--gpus", "-G") and i + 1 < len(args):
-            args[i + 1] = compact_gpus(args[i + 1])
-        elif arg.startswith("--gpus="):
-            args[i] = "--gpus=" + compact_gpus(arg[len("--gpus="):])
-    return " ".join(command_word(word) for word in ["slurmgen", *args])
+    return command_line(ENTRIES, params, output)
 
 
 @click.command("render", cls=OneLineCommand)
@@ -38,7 +34,7 @@ def invoked_command(argv=None) -> str:
     "Script",
     click.option("-o", "--output", default="generated.sh", show_default=True,
                  help="Where to write the script; - for stdout."),
-    click.option("--show-config", is_flag=True, help="Print the effective settings and their sources, then stop."),
+    click.option("--show-config", is_flag=True, help="Print the effective settings as a job file (for -f), with their sources, then stop."),
     click.option("--check", "check_first", is_flag=True,
                  help="Ask the cluster first (as `slurmgen check`); write nothing if the layout cannot run."))
 @job_options(RENDER)
@@ -61,7 +57,7 @@ def render_command(ctx, output, show_config, check_first, **params):
         fail(str(err))
     plan = materialize(spec)
     to_stdout = output == "-"
-    files = _render_files(plan, output)
+    files = _render_files(plan, output, params)
     notes = judge(vetting, list(files.values()))
     if vetting.no_model and not check_first:  # --check fails with it instead
         notes.insert(0, f"warning: {vetting.no_model}")
@@ -93,12 +89,12 @@ def judge(vetting, scripts, resume_advice: bool = True) -> list:
         fail(str(err))
 
 
-def _render_files(plan, output: str) -> dict:
+def _render_files(plan, output: str, params: dict) -> dict:
     """Path -> text of every file render writes: the script, and with a het sweep or --prep the
     script that submits them (and the prep job) beside it."""
     from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
 
-    text = render(plan, command=invoked_command())
+    text = render(plan, command=invoked_command(params, output))
     if not needs_submitter(plan):
         return {output: text}
     if output == "-":

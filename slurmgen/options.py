@@ -138,7 +138,7 @@ def _click_option(entry: Entry):
 
 def _apply_profile(ctx: click.Context, _param, name):
     """Eager: fill click's default_map from the profile before any other option is read. A profile
-    may set any job option; a command takes those it shows."""
+    may set any job option; a command takes those it shows; a job file's keys (-f) win over it."""
     from slurmgen.plan import profiles
 
     try:
@@ -146,14 +146,39 @@ def _apply_profile(ctx: click.Context, _param, name):
     except SpecError as err:
         raise click.UsageError(str(err)) from None
     shown = {p.name for p in ctx.command.params}
-    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in values.items() if k in shown}}
+    _file, from_file = ctx.meta.get("slurmgen.job_file", ("", ()))
+    values = {k: v for k, v in values.items() if k in shown and k not in from_file}
+    ctx.default_map = {**(ctx.default_map or {}), **values}
     ctx.meta["slurmgen.profile"] = (name or "default", path) if values or name else None
     return name
+
+
+def _apply_file(ctx: click.Context, _param, path):
+    """Eager: the job file's values into click's default_map (over a profile's), so that the options
+    given on the command line win; its `args` are the training arguments unless `--` gives some."""
+    if path is None:
+        return path
+    from slurmgen import job_file
+
+    try:
+        values = job_file.for_command(ENTRIES, job_file.read(ENTRIES, path), ctx.command.name, f"{path}: ")
+    except SpecError as err:
+        raise click.UsageError(str(err)) from None
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    ctx.meta["slurmgen.job_file"] = (path, set(values))
+    return path
 
 
 def _profile_option():
     return click.option("--profile", default=None, is_eager=True, expose_value=False, callback=_apply_profile,
                         help="Profile (table) in slurmgen.toml; [default] applies without it.")
+
+
+def _file_option():
+    return click.option("-f", "--file", "job_file", default=None, is_eager=True, expose_value=False,
+                        callback=_apply_file, metavar="JOB.toml", type=_FilePath(dir_okay=False),
+                        help="Job file: job options (keys: the long options) and the training arguments (args);"
+                             " options given here win. render --show-config writes one.")
 
 
 def job_options(command: str):
@@ -164,7 +189,7 @@ def job_options(command: str):
         for title in reversed(SECTIONS):
             options = [_click_option(e) for e in ENTRIES if e.option.section == title and command in e.option.commands]
             if title == SITE:
-                options.append(_profile_option())
+                options += [_file_option(), _profile_option()]
             if options:
                 func = cloup.option_group(title, *options)(func)
         return func
@@ -172,21 +197,20 @@ def job_options(command: str):
 
 
 def describe_settings(ctx: click.Context, params: dict) -> str:
-    """Effective job settings and where each came from (command line, profile, default)."""
+    """Effective job settings as a job file (-f reads it back), each with where it came from
+    (command line, job file, profile, default)."""
     from click.core import ParameterSource
 
+    from slurmgen.settings_text import job_file
+
     profile = ctx.meta.get("slurmgen.profile")
+    path, from_file = ctx.meta.get("slurmgen.job_file", ("", ()))
     origin = {ParameterSource.COMMANDLINE: "command line", ParameterSource.ENVIRONMENT: "environment",
               ParameterSource.DEFAULT: "default", ParameterSource.DEFAULT_MAP:
               f"profile [{profile[0]}] in {profile[1]}" if profile else "profile"}
-    lines = []
-    for name in [n for n in option_names() if n in params]:
-        value = params[name]
-        if isinstance(value, tuple):
-            value = list(value)
-        source = origin.get(ctx.get_parameter_source(name), "default")
-        lines.append(f"{name.replace('_', '-'):<20} = {value!r:<30} # {source}")
-    return "\n".join(lines)
+    sources = {name: origin.get(ctx.get_parameter_source(name), "default") for name in params}
+    sources.update({name: f"job file {path}" for name in from_file if sources.get(name, "").startswith("profile")})
+    return job_file(ENTRIES, params, sources)
 
 
 def container_choice(container: Optional[str], image: Optional[str]) -> dict:

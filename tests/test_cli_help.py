@@ -66,19 +66,19 @@ SCRIPT_ONLY = {"--spares", "--prep", "--launcher", "--launcher-arg", "--log-name
 
 def test_render_and_check_show_every_job_option():
     assert EVERY_JOB_OPTION <= shown("render") and EVERY_JOB_OPTION <= shown("check")
-    assert shown("check") == EVERY_JOB_OPTION | {"--profile"}
+    assert shown("check") == EVERY_JOB_OPTION | {"--file", "--profile"}
 
 
 def test_fit_shows_only_what_fit_reads():
     assert shown("fit") == {"--json", "--nodes", "--gpus", "--world-size", "--max-gpus", "--min-gpus", "--nodelist",
-                            "--partition", "--mem", "--mem-per-gpu", "--gpu-mem", "--spares", "--profile"}
+                            "--partition", "--mem", "--mem-per-gpu", "--gpu-mem", "--spares", "--file", "--profile"}
     text = slurmgen("fit", "--help").stdout
     assert not {"--mail-user", "--sweep", "--container", "--launcher", "--gpu-type"} & set(re.findall(r"--[\w-]+", text))
 
 
 def test_submit_leaves_out_what_it_refuses_or_ignores():
     assert shown("submit") == (EVERY_JOB_OPTION - SCRIPT_ONLY) | {
-        "--profile", "--folder", "--detach", "--local", "--attach", "--interval"}
+        "--file", "--profile", "--folder", "--detach", "--local", "--attach", "--interval"}
     text = slurmgen("submit", "--help").stdout
     assert "--gpu-type" in text and not {"--spares", "--prep", "--launcher", "--log-name",
                                          "--cpus-per-node"} & set(re.findall(r"--[\w-]+", text))

@@ -357,7 +357,7 @@ def _runs(parent: Path) -> None:
 
 def _workdir(base: Path, shown: Shown, index: int) -> Path:
     """A fresh directory for one command, with the files it names: --script files (train.py is a
-    real seed script), report's run directories, and the page's slurmgen.toml if it shows one."""
+    real seed script), report's run directories, and the TOML files the page shows (_toml_files)."""
     cwd = base / f"cmd{index}"
     cwd.mkdir()
     tokens = shown.tokens
@@ -370,27 +370,28 @@ def _workdir(base: Path, shown: Shown, index: int) -> Path:
         for arg in tokens[2:]:
             if not arg.startswith("-"):
                 _runs(cwd / arg)
-    profile = _profile(shown.page)
-    if profile:
-        (cwd / "slurmgen.toml").write_text(profile)
-        (cwd / "slurmgen.toml").chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+    for name, text in _toml_files(shown.page).items():
+        (cwd / name).write_text(text)
+        (cwd / name).chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
     return cwd
 
 
-def _profile(page: str) -> Optional[str]:
-    """The page's slurmgen.toml: a toml block whose first line is `# slurmgen.toml`."""
+def _toml_files(page: str) -> dict:
+    """The page's TOML files: each toml block whose first line names it, e.g. `# slurmgen.toml` (a
+    profile) or `# job.toml` (a job file)."""
+    found = {}
     for lang, body in fenced_blocks((ROOT / page).read_text()):
-        if lang == "toml" and body[:1] == ["# slurmgen.toml"]:
-            return "\n".join(body) + "\n"
-    return None
+        if lang == "toml" and body and re.fullmatch(r"# [\w.-]+\.toml", body[0]):
+            found[body[0][2:]] = "\n".join(body) + "\n"
+    return found
 
 
 def test_every_command_shown_runs(tmp_path):
     commands, _ = shown_commands()
-    distinct = {}  # a command shown twice runs once (per page when the page has a slurmgen.toml)
+    distinct = {}  # a command shown twice runs once (per page when the page has its own TOML files)
     for c in commands:
         if c.key not in NOT_RUN and _argv(c.tokens):
-            distinct.setdefault((c.key, c.page if _profile(c.page) else None), c)
+            distinct.setdefault((c.key, c.page if _toml_files(c.page) else None), c)
     runnable = list(distinct.values())
     assert len(runnable) >= 20, "the pages show fewer commands than expected: is the parser broken?"
     home = tmp_path / "home"

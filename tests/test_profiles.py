@@ -34,7 +34,7 @@ def test_named_profile_and_command_line_wins(render_args, profile_dir):
 
 def test_show_config_names_sources(render_args, profile_dir):
     result = render_args("render", "--show-config", "--time", "30")
-    lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines()}
+    lines = {line.lstrip("# ").split("=")[0].strip(): line for line in result.stdout.splitlines()}
     assert f"# profile [default] in {profile_dir / 'slurmgen.toml'}" in lines["partition"]
     assert "# command line" in lines["time"]
     assert "# default" in lines["job-name"]

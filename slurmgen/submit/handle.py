@@ -192,6 +192,13 @@ class Submission:
         path = self.output_dir / "metrics.json"
         return path if path.is_file() else None
 
+    def metrics(self) -> Optional[dict]:
+        """Rank 0's metrics.json from the training --output_dir; None until the run has written it."""
+        import json
+
+        path = self.metrics_file()
+        return json.loads(path.read_text()) if path else None
+
     def result(self) -> Optional[dict]:
         """Rank 0's metrics once the job is over. Raises JobFailed unless every task succeeded."""
         state = self.wait()
