@@ -26,7 +26,7 @@ from slurmgen.writing import sibling_path
 DIGEST_CHARS = 16  # 64 bits of SHA-256: a folder name that is short, and unique for all practical use
 
 
-class SnapshotError(Exception):
+class SnapshotError(SpecError):
     """The copy could not be made (one line)."""
 
 

@@ -99,11 +99,9 @@ def _write_snapshot(snapshot, made: str, log_dir: str) -> bool:
     log directory removed again where it cannot be)."""
     if snapshot is None:
         return False
-    from slurmgen.snapshot import SnapshotError
-
     try:
         return snapshot.write()
-    except SnapshotError as err:
+    except SpecError as err:  # slurmgen.snapshot.SnapshotError
         undo(made, os.path.dirname(snapshot.code.folder))
         undo(made, log_dir)
         fail(str(err))

@@ -28,7 +28,6 @@ from typing import Optional
 
 from slurmgen.job.record import JobFiles, JobRecord
 from slurmgen.observe.watch_sweep import parse_sweep_line
-from slurmgen.plan.code_snapshot import LOG_PREFIX as CODE
 
 START = re.compile(r"slurmgen: job (\d+) \(restart (\d+) of at most (\d+)\) on (\S+): world size (\d+)")
 WARNING = "slurmgen: time limit or preemption warning"
@@ -42,6 +41,7 @@ FINISHED = "slurmgen: all components finished"
 RESUMED = re.compile(r"slurmgen-train: resuming from (\S.*?) at step (\d+)\s*$")
 NO_CHECKPOINT = re.compile(r"slurmgen-train: no complete checkpoint in (\S.*?): fresh start")
 FRESH = "slurmgen-train: fresh start"
+CODE = "slurmgen: code: "  # slurmgen.plan.code_snapshot.LOG_PREFIX
 
 
 class LogError(Exception):

@@ -13,16 +13,15 @@ from typing import Optional
 
 from slurmgen.plan import spec_rules
 from slurmgen.plan.code_snapshot import DEFAULT_CEILING, CodeSnapshot
-from slurmgen.plan.option_fields import (EVERY, FAULTS, FIT, LAUNCH, LAYOUT, OUTPUT, RENDER, RESOURCES, SCRIPTS,
-                                         SITE, SUBMIT, SWEEPS, option)
+from slurmgen.plan.option_fields import (EVERY, FAULTS, FIT, LAUNCH, LAYOUT, OUTPUT, RESOURCES, SCRIPTS, SITE,
+                                         SWEEPS, option)
 from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.spec_rules import (CONTAINER_RUNTIMES, DEFAULT_LOG_NAME, DEFAULT_MODULE,  # noqa: F401
                                       DEFAULT_PORT_RANGE, LAUNCHERS, PREP_MODULE, SHIPPED_MODULES)
 from slurmgen.plan.sweep import MODES as SWEEP_MODES
 from slurmgen.plan.words import TIME_FORMS_TEXT, parse_time, train_arg
 
-WITH_FIT = SCRIPTS | {FIT}
-SUBMITTED = frozenset({RENDER, SUBMIT})  # the commands that write or submit a job, and so snapshot its code  # --spares: fit says whether its figures hold for a spare
+WITH_FIT = SCRIPTS | {FIT}  # --spares: fit says whether its figures hold for a spare
 
 
 @dataclass(frozen=True)
@@ -87,13 +86,13 @@ class JobSpec:
                                    help="Python module to train with.")
     script: Optional[str] = option(None, "--script", section=LAUNCH, help="A Python script to run instead of --module.")
     snapshot: bool = option(
-        True, "--snapshot/--no-snapshot", section=LAUNCH, commands=SUBMITTED,
+        True, "--snapshot/--no-snapshot", section=LAUNCH,
         help="Run a copy of --script's folder (or its git repository) taken now, under --log-dir/snapshots: every"
              " run of the job runs the code as it was rendered; --no-snapshot: the file as it is when a run starts.")
     snapshot_max_size: str = option(
-        DEFAULT_CEILING, "--snapshot-max-size", section=LAUNCH, metavar="SIZE", commands=SUBMITTED,
+        DEFAULT_CEILING, "--snapshot-max-size", section=LAUNCH, metavar="SIZE",
         help="Refuse a code snapshot larger than this (500K, 100M, 2G).")
-    code: Optional[CodeSnapshot] = None    # the snapshot measured at the edge (slurmgen.snapshot)
+    code: Optional[CodeSnapshot] = None    # measured by render and submit (slurmgen.snapshot); check runs nothing
     exec: Optional[str] = option(  # a program (not Python) run per rank
         None, "--exec", section=LAUNCH, metavar="PROGRAM",
         help="A program that is not Python, run per rank (e.g. a framework's console script).")
