@@ -87,7 +87,7 @@ def take(spec: JobSpec, *written: Optional[str]) -> tuple[JobSpec, Optional[Copy
                         " keep data out of it (.gitignore), or give --no-snapshot")
     digest = _digest(source)
     home = snapshot_folder(spec.log_dir, digest)
-    script = os.path.join(home, os.path.relpath(os.path.realpath(spec.script), source.root))
+    script = os.path.join(home, source.script)
     code = CodeSnapshot(home, script, source.root, source.commit, source.dirty, source.in_git,
                         len(source.files), source.size)
     return dataclasses.replace(spec, code=code), Copy(source, code)
@@ -111,7 +111,7 @@ def _digest(source: snapshot_files.Source, into: Optional[str] = None) -> str:
     for rel in source.files:
         path = os.path.join(source.root, rel)
         try:
-            kind, data = _read(path)
+            kind, data = _read(path, follow=rel == source.script)
         except OSError as err:
             raise SpecError(f"--script: cannot read {path!r} for the code snapshot: {err.strerror or err};"
                             " give --no-snapshot to run in place") from None
@@ -122,9 +122,10 @@ def _digest(source: snapshot_files.Source, into: Optional[str] = None) -> str:
     return whole.hexdigest()[:DIGEST_CHARS]
 
 
-def _read(path: str) -> tuple[bytes, bytes]:
-    """(kind, bytes): b"l" and the target of a symbolic link, b"x" or b"f" and the content of a file."""
-    info = os.lstat(path)
+def _read(path: str, follow: bool = False) -> tuple[bytes, bytes]:
+    """(kind, bytes): b"l" and the target of a symbolic link (unless `follow`), b"x" or b"f" and the
+    content of a file."""
+    info = os.stat(path) if follow else os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         return b"l", os.fsencode(os.readlink(path))
     with open(path, "rb") as handle:

@@ -23,6 +23,7 @@ class Source:
     root: str                 # the folder or repository, real path
     files: tuple[str, ...]    # relative paths, sorted: regular files and symbolic links
     size: int                 # bytes of the regular files
+    script: str = ""          # the --script file's relative path (copied as a file, even where it is a link)
     in_git: bool = False
     commit: str = ""
     dirty: bool = False
@@ -36,7 +37,7 @@ def find(folder: str, excluded: list[str], keep: str) -> Source:
     names = _git_files(root) if root else _folder_files(folder)
     base = root or folder
     skip = {os.path.realpath(p) for p in excluded if p}
-    rel_keep = os.path.relpath(os.path.realpath(keep), base)
+    rel_keep = os.path.relpath(os.path.join(os.path.realpath(os.path.dirname(keep)), os.path.basename(keep)), base)
     files, size = [], 0
     for rel in sorted(set(names) | {rel_keep}):
         path = os.path.join(base, rel)
@@ -46,15 +47,17 @@ def find(folder: str, excluded: list[str], keep: str) -> Source:
             info = os.lstat(path)
         except OSError:
             continue  # a tracked file deleted in the working tree: the snapshot has it deleted too
+        if rel == rel_keep:
+            info = os.stat(path)  # the script itself: its content, where it is a link
         if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and (rel == rel_keep or not _rendered(path))):
             files.append(rel)
             size += info.st_size if stat.S_ISREG(info.st_mode) else 0
     if not root:
-        return Source(folder, tuple(files), size)
+        return Source(folder, tuple(files), size, rel_keep)
     commit = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
     untracked = set(_split(_git(root, "ls-files", "-z", "--others", "--exclude-standard")))
     dirty = bool(untracked & set(files)) or (bool(commit) and _changed(root))
-    return Source(root, tuple(files), size, True, commit, dirty)
+    return Source(root, tuple(files), size, rel_keep, True, commit, dirty)
 
 
 def _rendered(path: str) -> bool:

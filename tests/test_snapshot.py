@@ -190,3 +190,17 @@ def test_the_report_says_which_code_each_run_ran(tmp_path):
     starts = read_log(log).starts
     assert [s.code for s in starts] == [code, code]
     assert code_text(starts) == code
+
+
+def test_a_script_that_is_a_link_is_copied_as_its_content(render_args, tmp_path):
+    """A --script link to a file elsewhere: the snapshot holds the file (a link would run the live
+    file), in the snapshot folder."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "real.py").write_text("print('real')\n")
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "train.py").symlink_to(tmp_path / "elsewhere" / "real.py")
+    text = render(render_args, folder / "train.py", tmp_path / "logs").stdout
+    [snap] = snapshot_dirs(tmp_path / "logs")
+    copied = Path(target_of(text))
+    assert copied == snap / "train.py" and not copied.is_symlink() and copied.read_text() == "print('real')\n"
