@@ -46,6 +46,7 @@ class Copy:
         parent = os.path.dirname(folder)
         try:
             os.makedirs(parent, exist_ok=True)
+            _mark(parent)
             tmp = tempfile.mkdtemp(prefix=f".{self.code.digest}.", dir=parent)
         except OSError as err:
             raise SnapshotError(f"code snapshot {folder!r}: cannot create it: {err.strerror or err}") from None
@@ -68,6 +69,14 @@ class Copy:
     def remove(self) -> None:
         """Undo write() (another file of the job could not be written)."""
         shutil.rmtree(self.code.folder, ignore_errors=True)
+
+
+def _mark(parent: str) -> None:
+    """The snapshots folder says what it is (and so is never copied as code: snapshot_files.MARKER)."""
+    marker = os.path.join(parent, snapshot_files.MARKER)
+    if not os.path.exists(marker):
+        with open(marker, "w") as handle:
+            handle.write("Code snapshots of slurmgen jobs, one folder per content hash; each job's script names its own.\n")
 
 
 def take(spec: JobSpec, *written: Optional[str]) -> tuple[JobSpec, Optional[Copy]]:

@@ -43,7 +43,7 @@ def render(render_args, script: Path, logs: Path, *more: str, output: str = "-")
 
 
 def snapshot_dirs(logs: Path) -> list[Path]:
-    return sorted((logs / "snapshots").iterdir()) if (logs / "snapshots").is_dir() else []
+    return sorted(p for p in (logs / "snapshots").iterdir() if p.is_dir()) if (logs / "snapshots").is_dir() else []
 
 
 def target_of(text: str) -> str:
@@ -204,3 +204,13 @@ def test_a_script_that_is_a_link_is_copied_as_its_content(render_args, tmp_path)
     [snap] = snapshot_dirs(tmp_path / "logs")
     copied = Path(target_of(text))
     assert copied == snap / "train.py" and not copied.is_symlink() and copied.read_text() == "print('real')\n"
+
+
+def test_the_snapshots_of_an_earlier_log_dir_in_the_repository_stay_out(render_args, repo, tmp_path):
+    """An older --log-dir inside the repository (not ignored) holds snapshots: they are the jobs'
+    record, not code, and are never copied into a new one."""
+    script = repo / "src" / "train.py"
+    render(render_args, script, repo / "old-logs")
+    render(render_args, script, tmp_path / "logs")
+    [snap] = snapshot_dirs(tmp_path / "logs")
+    assert not any(name.startswith("old-logs/snapshots/") for name in files_in(snap)), files_in(snap)
