@@ -214,3 +214,12 @@ def test_the_snapshots_of_an_earlier_log_dir_in_the_repository_stay_out(render_a
     render(render_args, script, tmp_path / "logs")
     [snap] = snapshot_dirs(tmp_path / "logs")
     assert not any(name.startswith("old-logs/snapshots/") for name in files_in(snap)), files_in(snap)
+
+
+def test_a_sweeps_runs_run_one_snapshot(render_args, repo, tmp_path):
+    logs = tmp_path / "logs"
+    result = render(render_args, repo / "src" / "train.py", logs, "--sweep", "learning_rate=1e-4,3e-4,1e-3",
+                    "--", "--output_dir", str(tmp_path / "runs"), output=str(tmp_path / "sweep.sh"))
+    assert result.exit_code == 0, result.output
+    [snap] = snapshot_dirs(logs)
+    assert target_of((tmp_path / "sweep.sh").read_text()) == str(snap / "src" / "train.py")  # every run's TARGET
