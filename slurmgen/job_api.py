@@ -68,8 +68,12 @@ class Job:
 
     # ------------------------------------------------------------------ text
     def render(self) -> str:
-        """The sbatch script, byte for byte what `slurmgen render -o -` writes for these values."""
-        return self._script("-")
+        """The sbatch script, byte for byte what `slurmgen render -o -` writes for these values; as
+        that command does, it copies the --script's code snapshot into the log directory."""
+        text, copy = self._script("-")
+        made = self._make_log_dir()
+        self._copy(copy, made)
+        return text
 
     def config(self) -> str:
         """The job file of these values (what `render --show-config` prints): Job.from_file reads it."""
@@ -83,8 +87,9 @@ class Job:
         from slurmgen.writing import check_output_path, undo, write_atomically
 
         path = str(path)
-        text = self._script(path)  # refused before anything is made
+        text, copy = self._script(path)  # refused before anything is made
         made = self._make_log_dir()  # Slurm opens the log before the job starts
+        self._copy(copy, made)
         try:
             check_output_path(path)
             write_atomically(path, text)
@@ -107,13 +112,28 @@ class Job:
             raise JobError(f"--log-dir {self.spec.log_dir!r}: cannot create it: {err.strerror or err}") from None
         return outermost
 
-    def _script(self, output: str) -> str:
+    def _copy(self, copy, made: str) -> None:
+        """The code snapshot (slurmgen.snapshot.Copy), unless there is none or it is there already."""
+        from slurmgen.writing import undo
+
+        try:
+            if copy is not None:
+                copy.write()
+        except SpecError as err:  # slurmgen.snapshot.SnapshotError
+            undo(made, self.spec.log_dir)
+            raise JobError(str(err)) from None
+
+    def _script(self, output: str):
+        """The script's text for -o output, and the code snapshot it runs (None: none)."""
         from slurmgen.plan.layout import materialize
         from slurmgen.script.render import needs_submitter, render
         from slurmgen.settings_text import command_line
         from slurmgen.site import vet
 
-        plan = materialize(self.spec)
+        from slurmgen.snapshot import take
+
+        spec, copy = _checked(lambda: take(self.spec, output))
+        plan = materialize(spec)
         if needs_submitter(plan):
             raise JobError("a sweep of heterogeneous jobs or --prep is several scripts and the one that submits"
                            " them: write its job file (Job.config()) and use slurmgen render -f FILE -o FILE")
@@ -122,7 +142,7 @@ class Job:
         notes = _checked(lambda: vetting.judge([text]))
         for line in ([f"warning: {vetting.no_model}"] if vetting.no_model else []) + notes:
             warnings.warn(f"slurmgen: {line}", stacklevel=3)
-        return text
+        return text, copy
 
     # ------------------------------------------------------------------ submit
     def submit(self, via: str = "sbatch", path=None, folder: Optional[str] = None):
@@ -135,7 +155,11 @@ class Job:
         if via == "submitit":
             from slurmgen.submit.submission import submit_job
 
-            return _checked(lambda: submit_job(self.spec, folder))
+            from slurmgen.snapshot import take
+
+            spec, copy = _checked(lambda: take(self.spec, folder))  # the code every run runs, as submit's
+            self._copy(copy, self._make_log_dir())
+            return _checked(lambda: submit_job(spec, folder))
         return self._sbatch(str(path or os.path.join(self.spec.log_dir, f"{self.spec.job_name}.sh")))
 
     def _sbatch(self, path: str):

@@ -17,6 +17,7 @@ from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
 from slurmgen.plan.words import SpecError, train_arg
+from slurmgen.snapshot import take as take_snapshot
 from slurmgen.writing import check_output_path, sibling_path, write_files
 
 
@@ -53,6 +54,7 @@ def render_command(ctx, output, show_config, check_first, **params):
         check_output_path(output)
         spec = spec_from_options(params)
         vetting = vet.start(spec, parse_args=check_first)  # the training arguments' parser: --check only
+        spec, snapshot = take_snapshot(spec, output)  # measured now, copied with the script (write_files)
     except SpecError as err:
         fail(str(err))
     plan = materialize(spec)
@@ -74,7 +76,7 @@ def render_command(ctx, output, show_config, check_first, **params):
             prefetch(spec, log=lambda line: click.echo(line, err=True))
         except PrefetchError as err:
             fail(str(err), 1)
-    write_files(files, spec.log_dir)
+    write_files(files, spec.log_dir, snapshot)
     for line in notes:
         click.echo(f"slurmgen: {line}", err=True)
     click.echo(_render_summary(ctx, plan, output, files), err=to_stdout)

@@ -294,6 +294,7 @@ CONVERTERS = [
     (("setup",), _setup),
     (("nodelist",), _nodelist),
     (("script",), _script),
+    (("code",), lambda raw: {"code": None}),  # the snapshot: measured later by the commands that write (slurmgen.snapshot)
     (("gpu_type",), lambda raw: {"gpu_type": tuple(raw["gpu_type"].split(",")) if raw["gpu_type"] is not None else ()}),
     (("log_dir",), lambda raw: {"log_dir": os.path.abspath(raw["log_dir"])}),
     (("env",), lambda raw: {"env": parse_env(raw["env"])}),

@@ -71,9 +71,11 @@ def _to_stdout(text: str) -> None:
     sys.stdout.buffer.flush()
 
 
-def write_files(files: dict, log_dir: str) -> None:
-    """The log directory, then every file (path "-": stdout); on a failure neither stays."""
+def write_files(files: dict, log_dir: str, snapshot=None) -> None:
+    """The log directory, the code snapshot (slurmgen.snapshot.Copy), then every file (path "-":
+    stdout); on a failure none of them stays."""
     made = make_log_dir(log_dir)
+    new_copy = _write_snapshot(snapshot, made, log_dir)
     written = []
     for path, text in files.items():
         try:
@@ -85,8 +87,24 @@ def write_files(files: dict, log_dir: str) -> None:
         except OSError as err:
             for done in written:
                 os.unlink(done)
+            if new_copy:
+                snapshot.remove()
+                undo(made, os.path.dirname(snapshot.code.folder))
             undo(made, log_dir)
             fail(f"-o {path!r}: cannot write it: {err.strerror or err}")
+
+
+def _write_snapshot(snapshot, made: str, log_dir: str) -> bool:
+    """Copy the code snapshot, if there is one; True when it was made now (one line, exit 2, and the
+    log directory removed again where it cannot be)."""
+    if snapshot is None:
+        return False
+    try:
+        return snapshot.write()
+    except SpecError as err:  # slurmgen.snapshot.SnapshotError
+        undo(made, os.path.dirname(snapshot.code.folder))
+        undo(made, log_dir)
+        fail(str(err))
 
 
 def sibling_path(output: str, role: str) -> str:

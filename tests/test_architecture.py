@@ -17,8 +17,9 @@ MAY_IMPORT = {
     "script": {"plan", "script", "runtime_spec"},
     "site": {"plan", "site"},
     "job": {"job", "site", "contract", "runtime_spec"},
-    # writing: the command's log directory, made and undone as render's is
-    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors", "writing", "contract",
+    # writing: the command's log directory, made and undone as render's is; snapshot: the code snapshot,
+    # taken as render takes it
+    "submit": {"submit", "plan", "site", "job", "observe", "options", "errors", "writing", "snapshot", "contract",
                "runtime_spec"},
     "observe": {"observe", "site", "job"},  # job: where a job's folder is
 }

@@ -45,9 +45,10 @@ def test_render_from_the_shown_config_gives_the_same_script(render_args, workdir
     first = (workdir / "job.sh").read_bytes()
     shown = render_args("render", "-o", "job.sh", "--show-config", *options, *train)
     assert shown.exit_code == 0, shown.output
-    (workdir / "job.toml").write_text(shown.stdout)
+    job_file = workdir.parent / f"{workdir.name}.toml"  # outside the script's folder: not in its code snapshot
+    job_file.write_text(shown.stdout)
     (workdir / "job.sh").unlink()
-    again = render_args("render", "-f", "job.toml", "-o", "job.sh")
+    again = render_args("render", "-f", str(job_file), "-o", "job.sh")
     assert again.exit_code == 0, again.output
     assert (workdir / "job.sh").read_bytes() == first
 

@@ -155,6 +155,7 @@ def run_html(run: Run) -> str:
         ("directory", str(run.path)),
         ("job ids", ", ".join(c.job_ids) or NONE),
         ("job logs", ", ".join(str(p) for p in c.logs) or "none given or found (--logs)"),
+        ("code (snapshot, commit)", code_text(c.starts)),
         ("world size", NONE if c.world_size is None else str(c.world_size)),
         ("nodes: ranks, samples/s", per_node),
         ("start (first logged step)", when(c.first_time)),
@@ -206,6 +207,18 @@ def node_figures(starts) -> list[str]:
 def best_text(run: Run) -> str:
     c = run.context
     return NONE if c.best_loss is None else f"{c.best_loss:.4f} ({c.best_step})"
+
+
+def code_text(starts) -> str:
+    """The code snapshot(s) the job's runs ran, as their logs say: one, unless the code changed
+    between jobs (then each with the job ids that ran it)."""
+    codes: dict = {}
+    for s in starts:
+        if s.code:
+            codes.setdefault(s.code, []).append(s.job)
+    if len(codes) <= 1:
+        return next(iter(codes), "not said (--no-snapshot, a built-in entry point, or no --logs)")
+    return "; ".join(f"job {', '.join(dict.fromkeys(jobs))}: {code}" for code, jobs in codes.items())
 
 
 def restarts_text(run: Run) -> str:

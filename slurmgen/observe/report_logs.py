@@ -12,6 +12,7 @@ Reads the lines the job runtime and the training entry points print (stable by c
   slurmgen: the last run of job J ended when NODE became STATE: failure ...   (printed by the next run)
   slurmgen: all components finished
   slurmgen: sweep run I: {...} -> DIR                                     (names the run's directory)
+  slurmgen: code: snapshot DIR of SOURCE (commit C[ plus uncommitted changes]; ...)  (before every run)
   slurmgen-train: resuming from DIR/checkpoint-N at step N                (names it on every resume)
   slurmgen-train: no complete checkpoint in DIR: fresh start              (a user's script, fresh)
 Several ranks write the same file, so lines are searched for, not expected whole. No timestamps:
@@ -40,6 +41,7 @@ FINISHED = "slurmgen: all components finished"
 RESUMED = re.compile(r"slurmgen-train: resuming from (\S.*?) at step (\d+)\s*$")
 NO_CHECKPOINT = re.compile(r"slurmgen-train: no complete checkpoint in (\S.*?): fresh start")
 FRESH = "slurmgen-train: fresh start"
+CODE = "slurmgen: code: "  # slurmgen.plan.code_snapshot.LOG_PREFIX
 
 
 class LogError(Exception):
@@ -64,6 +66,7 @@ class Start:
     network: dict = field(default_factory=dict)     # node -> [send GB/s, receive GB/s, latency ms] (network check)
     compute: dict = field(default_factory=dict)     # node -> compute seconds per step (straggler watch)
     stragglers: dict = field(default_factory=dict)  # node -> its ratio to the median, when named
+    code: str = ""                       # the code snapshot it ran (the script's line before the run), "" unknown
 
 
 @dataclass
@@ -97,18 +100,22 @@ def read_log(path: Path) -> Optional[JobLog]:
         text = path.read_text(errors="replace")
     except OSError:
         return None
-    log = JobLog(path)
+    log, code = JobLog(path), ""
     for line in text.splitlines():
+        if CODE in line:  # said by the batch script before the run it starts
+            code = line[line.find(CODE) + len(CODE):].strip()
+            continue
         m = START.search(line)
         if m:
-            log.starts.append(Start(path, m[1], int(m[2]), int(m[3]), m[4], int(m[5])))
+            log.starts.append(Start(path, m[1], int(m[2]), int(m[3]), m[4], int(m[5]), code=code))
             continue
         spared = SPARED.search(line)
         if spared and log.starts:  # the same allocation, a new run of the components
             before = log.starts[-1]
             spares = ", ".join(f"{old} by {new}" for old, new in re.findall(r"; (\S+) \([^)]*\) replaced by spare (\S+)", spared[3]))
             before.ended = spared[1] + (f" on {spared[2]}" if spared[2] else "") + (f", replaced: {spares}" if spares else "")
-            log.starts.append(Start(path, before.job, before.restart, before.max_restarts, before.host, before.world_size))
+            log.starts.append(Start(path, before.job, before.restart, before.max_restarts, before.host, before.world_size,
+                                    code=before.code))
             continue
         sweep = parse_sweep_line(line[line.find("slurmgen: sweep run "):]) if "slurmgen: sweep run " in line else None
         if sweep:

@@ -162,9 +162,18 @@ def summary(plan: Plan) -> str:
                      " a lost or blamed node")
     lines.append(time_line(plan.spec))
     lines.append(f"  ranks per node: {ranks_per_node(plan)}")
+    if plan.spec.script:
+        lines.append(code_line(plan.spec))
     if plan.runs:
         lines.append(sweep_summary(plan))
     return "\n".join(lines)
+
+
+def code_line(spec: JobSpec) -> str:
+    """Which code every run of the job runs: the snapshot (and its commit), or the script in place."""
+    if spec.code:
+        return f"  code: {spec.code.describe()}"
+    return f"  code: {spec.script} in place, as it is when each run starts (--no-snapshot)"
 
 
 def time_line(spec: JobSpec) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from slurmgen.plan import spec_rules
+from slurmgen.plan.code_snapshot import DEFAULT_CEILING, CodeSnapshot
 from slurmgen.plan.option_fields import (EVERY, FAULTS, FIT, LAUNCH, LAYOUT, OUTPUT, RESOURCES, SCRIPTS, SITE,
                                          SWEEPS, option)
 from slurmgen.plan.slow_nodes import SlowNodes
@@ -84,6 +85,14 @@ class JobSpec:
     module: Optional[str] = option(DEFAULT_MODULE, "--module", "-m", section=LAUNCH,
                                    help="Python module to train with.")
     script: Optional[str] = option(None, "--script", section=LAUNCH, help="A Python script to run instead of --module.")
+    snapshot: bool = option(
+        True, "--snapshot/--no-snapshot", section=LAUNCH,
+        help="Run a copy of --script's folder (or its git repository) taken now, under --log-dir/snapshots: every"
+             " run of the job runs the code as it was rendered; --no-snapshot: the file as it is when a run starts.")
+    snapshot_max_size: str = option(
+        DEFAULT_CEILING, "--snapshot-max-size", section=LAUNCH, metavar="SIZE",
+        help="Refuse a code snapshot larger than this (500K, 100M, 2G).")
+    code: Optional[CodeSnapshot] = None    # measured by render and submit (slurmgen.snapshot); check runs nothing
     exec: Optional[str] = option(  # a program (not Python) run per rank
         None, "--exec", section=LAUNCH, metavar="PROGRAM",
         help="A program that is not Python, run per rank (e.g. a framework's console script).")
@@ -224,11 +233,11 @@ class JobSpec:
 
     @property
     def target(self) -> tuple[str, str]:
-        """('module', 'train.sft'), ('script', '/abs/path.py') or ('exec', 'program')."""
+        """('module', 'train.sft'), ('script', '/abs/path.py') or ('exec', 'program'): what every rank runs."""
         if self.exec is not None:
             return "exec", self.exec
         if self.script is not None:
-            return "script", self.script
+            return "script", self.code.script if self.code else self.script  # the snapshot's copy, when taken
         return "module", self.module
 
     @property

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from slurmgen.plan import passthrough, sweep
+from slurmgen.plan.code_snapshot import ceiling_bytes
 from slurmgen.plan.words import SpecError, parse_sizes, parse_time, printable_line
 
 LAUNCHERS = ("torchrun", "srun", "accelerate")
@@ -255,5 +256,6 @@ def _target(spec) -> None:
     elif spec.script is not None:
         if not os.path.isfile(spec.script):
             raise SpecError(f"--script {spec.script!r}: no such file")
+        ceiling_bytes(spec.snapshot_max_size)
     elif not spec.module or not _MODULE.match(spec.module):
         raise SpecError(f"--module {spec.module!r}: not a Python module name such as train.sft")

@@ -222,6 +222,8 @@ def render(plan: Plan, command: str = "slurmgen render") -> str:
         "version": __version__,
         "command": command,
         "target": spec.target,
+        # Which code runs, in the job log at every run's start (a requeue runs the same snapshot)
+        "code_line": spec.code.log_line() if spec.code else "",
         "log_dir": spec.log_dir,
         "output_pattern": output_pattern(spec.log_dir, spec.log_name),
         "error_pattern": output_pattern(spec.log_dir, spec.error_name) if spec.error_log else "",

@@ -28,7 +28,8 @@ from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
 from slurmgen.site import vet
-from slurmgen.writing import make_log_dir, undo
+from slurmgen.snapshot import take
+from slurmgen.writing import make_log_dir, undo, write_files
 
 JOB_FAILED = 1
 
@@ -240,6 +241,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
         check_submittable(spec, click.get_current_context().command_path)  # as typed: slurmgen submit, python -m ...
         vetting = vet.start(spec, ask_cluster=not local)  # never the training arguments' parser: seconds
         notes = vetting.judge()  # what would fail after the queue wait: setup lines, GPUs
+        spec, snapshot = take(spec, folder)  # the code every run runs (--no-snapshot: none)
     except SpecError as err:
         fail(str(err))
     _can_make(spec.log_dir, folder)
@@ -257,6 +259,9 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
             prefetch(spec, log=lambda line: click.echo(line, err=True))
         except PrefetchError as err:
             fail(str(err), JOB_FAILED)
+    if snapshot:  # copied before anything queues (with the log directory it lies in)
+        write_files({}, spec.log_dir, snapshot)
+        click.echo(f"code: {snapshot.code.describe()}")
     if spec.sweep:
         sys.exit(submit_sweep_and_follow(spec, folder, interval, detach))
     if not detach:

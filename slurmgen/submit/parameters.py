@@ -125,7 +125,8 @@ def make_task(spec: JobSpec, local: bool = False) -> TrainTask:
     return TrainTask(target=spec.target, train_args=tuple(spec.train_args), env=rank_environment(spec),
                      master_port=port, collective_timeout=spec.collective_timeout,
                      grace=spec.grace, threads=spec.cpus_per_gpu, port_range=tuple(spec.port_range),
-                     master_ip=spec.master_addr_ip, rank_hooks=spec.rank_hooks_on)
+                     master_ip=spec.master_addr_ip, rank_hooks=spec.rank_hooks_on,
+                     code=spec.code.log_line() if spec.code else "")
 
 
 def free_port() -> int:

@@ -271,6 +271,7 @@ class TrainTask:
     port_range: tuple = (20000, 29999)  # for the port derived from the job id
     master_ip: bool = False  # --master-addr-ip: MASTER_ADDR as rank 0's IPv4 address
     rank_hooks: bool = False  # the user's own code gets train/rank_hooks (spec.rank_hooks_on)
+    code: str = ""  # the code snapshot's line (slurmgen: code: ...), which rank 0 says in its log
 
     def __call__(self) -> Optional[dict]:
         environ = os.environ
@@ -286,6 +287,8 @@ class TrainTask:
         node = environ.get("SLURMD_NODENAME") or socket.gethostname()  # Slurm's name, not the host's
         print(f"{START_MARK} task {denv.rank} on {node}: {denv.describe()}",
               flush=True)
+        if self.code and denv.is_main:
+            print(self.code, flush=True)
         folder = environ.get(FOLDER_ENV)
         stop = _StopOnSignal(self._stop_file(environ), denv.is_main, self.grace,
                              cancelled_file(folder, job_id_of(environ)) if folder else None)
