@@ -176,3 +176,25 @@ class Job:
             raise JobError(f"sbatch {path}: {said}")
         job_id = proc.stdout.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
         return BatchJob(job_id, Path(path).resolve(), resolve_output_dir(self.spec.train_args))
+
+
+def attach(job_id):
+    """The handle of a job submitted earlier (from Python or the command line), found from its id as
+    `slurmgen status` finds it: a rendered script's job -> BatchJob, a submitted one -> Submission.
+    JobError (one line) for an id that is not a slurmgen job's."""
+    from slurmgen.observe.job_life import LifeError, find
+
+    try:
+        found = find(str(job_id), need_slurm=False)
+    except LifeError as err:
+        raise JobError(str(err)) from None
+    entry = found.entry
+    if entry.kind == "submitted":
+        from slurmgen.submit.submission import attach as attach_submitted
+
+        return _checked(lambda: attach_submitted(entry.job_id, Path(entry.task_logs).parent))
+    from slurmgen.life_commands import script_output_dir
+    from slurmgen.observe.batch_job import BatchJob
+
+    workdir = (found.records or [{}])[0].get("WorkDir", "")
+    return BatchJob(entry.job_id, Path(entry.command), script_output_dir(entry, workdir))

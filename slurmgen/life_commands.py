@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,7 +15,6 @@ import click
 from slurmgen.errors import fail
 
 SETTINGS = {"help_option_names": ["-h", "--help"]}
-CANCEL_WAIT = 90.0  # seconds `cancel` waits for the job's steps to end, cancelling again what comes back
 
 
 def _slurm() -> None:
@@ -26,16 +24,10 @@ def _slurm() -> None:
 
 def _found(job_id: str, need_slurm: bool = True):
     """The job, or one line and exit 2 (a bad id, a job nobody knows, no Slurm where it is needed)."""
-    from slurmgen.job import index
-    from slurmgen.observe.job_life import LifeError, check_id, locate
-    from slurmgen.site.jobs import job_records
+    from slurmgen.observe.job_life import LifeError, find
 
     try:
-        check_id(job_id)
-        slurm = shutil.which("scontrol") is not None
-        if need_slurm and not slurm:
-            _slurm()
-        return locate(job_id, job_records(job_id) if slurm else [], index.cluster_name() if slurm else "slurm")
+        return find(job_id, need_slurm)
     except LifeError as err:
         fail(str(err))
 
@@ -130,23 +122,13 @@ def cancel_command(job_id):
 
     Final, for a rendered job and a submitted one alike: the job is marked cancelled in its folder
     before scancel, so neither its runtime nor its ranks requeue it, whatever they were doing."""
-    from slurmgen.job.record import USER_CANCEL
-    from slurmgen.site.jobs import end_for_good
+    from slurmgen.observe.job_life import CancelRefused, cancel_for_good
 
     found = _found(job_id)
-    if not found.records or found.ended():  # nothing to mark: a finished job must not read as cancelled
-        click.echo(f"job {job_id} has already ended: {found.state()}")
-        return
-    marked_before = bool(found.files.cancel_mark())
-    found.files.mark_cancelled(USER_CANCEL)
-    done = subprocess.run(["scancel", job_id], capture_output=True, text=True)
-    if done.returncode != 0:  # (not your job, say): the mark would otherwise end it at its next decision
-        if not marked_before:
-            found.files.cancelled.unlink(missing_ok=True)
-        fail(f"scancel {job_id} failed: {done.stderr.strip() or done.returncode}", 1)
-    ended = end_for_good(job_id, lambda: subprocess.run(["scancel", job_id], capture_output=True), CANCEL_WAIT)
-    click.echo(f"job {job_id} cancelled for good: it will not be requeued"
-               + ("" if ended else f" (its steps were still ending after {CANCEL_WAIT:g} s)"))
+    try:
+        click.echo(cancel_for_good(found))
+    except CancelRefused as err:
+        fail(str(err), 1)
 
 
 @click.command("list", context_settings=SETTINGS)

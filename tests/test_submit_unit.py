@@ -527,7 +527,7 @@ def test_local_two_processes_get_ranks(tmp_path, monkeypatch):
     assert {r["MASTER_ADDR"] for r in ranks} == {"127.0.0.1"}
     assert len({r["MASTER_PORT"] for r in ranks}) == 1
     assert {r["PROBE"] for r in ranks} == {"yes"}
-    assert len(sub.logs()) == 2
+    assert len(sub.log_files(1)) == 2 and "slurmgen-task: task 1" in sub.logs(rank=1)
 
 
 # ---------------------------------------------------------------------------- options shared with render

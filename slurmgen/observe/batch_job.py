@@ -1,11 +1,11 @@
-"""The handle of a rendered script submitted with sbatch (slurmgen.Job.submit(via="sbatch")): its
-state from scontrol, waiting for its end, cancelling it, and rank 0's progress and metrics.json
-from the training --output_dir. The submit path's handle is slurmgen.submit.handle.Submission."""
+"""The handle of a rendered script submitted with sbatch (slurmgen.Job.submit(via="sbatch"),
+slurmgen.attach): its state from scontrol, waiting for its end, its logs and a final cancel as
+`slurmgen logs` and `slurmgen cancel` have them, and rank 0's progress and metrics.json from the
+training --output_dir. The submit path's handle is slurmgen.submit.handle.Submission."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Optional
@@ -46,14 +46,31 @@ class BatchJob:
                 return "WAIT_TIMEOUT"
             time.sleep(interval)
 
-    def cancel(self) -> None:
-        subprocess.run(["scancel", self.job_id], check=False, capture_output=True)
+    def _found(self):
+        """The job as `slurmgen logs`/`cancel` find it: the index, else scontrol's record (still pending)."""
+        from slurmgen.observe.job_life import find
 
-    def logs(self) -> list[Path]:
-        """The batch script's log files as Slurm names them (StdOut, and StdErr where it differs)."""
-        records = job_records(self.job_id)
-        found = [records[0].get(key, "") for key in ("StdOut", "StdErr")] if records else []
-        return [Path(p) for p in dict.fromkeys(found) if p not in ("", "(null)")]
+        return find(self.job_id, need_slurm=False)
+
+    def cancel(self, wait: Optional[float] = None) -> str:
+        """Cancel for good, as `slurmgen cancel` does (marked in the job folder, so a warning's requeue
+        cannot bring it back); returns the command's line. LifeError (one line) when scancel refuses."""
+        from slurmgen.observe import life_handle
+
+        found = self._found()
+        return life_handle.cancel(found) if wait is None else life_handle.cancel(found, wait)
+
+    def log_files(self, rank: Optional[int] = None) -> list[Path]:
+        """The files `slurmgen logs JOB [--rank R]` reads: the batch script's log (and error log)."""
+        from slurmgen.observe import life_handle
+
+        return life_handle.log_files(self._found().entry, rank)
+
+    def logs(self, rank: Optional[int] = None) -> str:
+        """The job's log now, or rank R's lines in it (those labelled [rankR]:), as `slurmgen logs` prints."""
+        from slurmgen.observe import life_handle
+
+        return life_handle.log_text(self._found().entry, rank)
 
     def metrics(self) -> Optional[dict]:
         """Rank 0's metrics.json from the training --output_dir; None until the run has written it."""

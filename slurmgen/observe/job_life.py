@@ -18,10 +18,15 @@ from slurmgen.site.jobs import NO_VALUE, TERMINAL, overall_state
 
 JOB_ID = re.compile(r"\d+")
 RUNTIME_FINAL = ("finished", "failed", "cancelled")  # the runtime's states (runtime.State) that end the job
+CANCEL_WAIT = 90.0  # seconds a cancel waits for the job's steps to end, cancelling again what comes back
 
 
 class LifeError(ValueError):
     """The job cannot be found, or asked of: one line."""
+
+
+class CancelRefused(LifeError):
+    """scancel refused the cancel (not your job, say): the mark was taken back; one line."""
 
 
 @dataclass
@@ -64,6 +69,44 @@ def locate(job_id: str, records: list[dict], cluster: str) -> Found:
         raise LifeError(f"job {job_id}: unknown: neither Slurm nor the index of your slurmgen jobs ({index.root()})"
                         " knows it")
     return Found(entry, records)
+
+
+def find(job_id: str, need_slurm: bool = True) -> Found:
+    """The job from its id alone, as the commands and the handles find it (LifeError: one line)."""
+    import shutil
+
+    from slurmgen.site.jobs import job_records
+
+    check_id(job_id)
+    slurm = shutil.which("scontrol") is not None
+    if need_slurm and not slurm:
+        raise LifeError("no Slurm here: scontrol is not on PATH (run this where you submit jobs)")
+    return locate(job_id, job_records(job_id) if slurm else [], index.cluster_name() if slurm else "slurm")
+
+
+def cancel_for_good(found: Found, wait: float = CANCEL_WAIT) -> str:
+    """`slurmgen cancel`, and a handle's cancel(): final for a rendered job and a submitted one alike.
+    The job is marked cancelled in its folder before scancel, so neither its runtime nor its ranks
+    requeue it; then it is cancelled again until no step is left (up to `wait` seconds). Returns the
+    line to show; CancelRefused when scancel refuses (the mark is taken back)."""
+    import subprocess
+
+    from slurmgen.job.record import USER_CANCEL
+    from slurmgen.site.jobs import end_for_good
+
+    job_id = found.entry.job_id
+    if not found.records or found.ended():  # nothing to mark: a finished job must not read as cancelled
+        return f"job {job_id} has already ended: {found.state()}"
+    marked_before = bool(found.files.cancel_mark())
+    found.files.mark_cancelled(USER_CANCEL)
+    done = subprocess.run(["scancel", job_id], capture_output=True, text=True)
+    if done.returncode != 0:  # the mark would otherwise end it at its next decision
+        if not marked_before:
+            found.files.cancelled.unlink(missing_ok=True)
+        raise CancelRefused(f"scancel {job_id} failed: {done.stderr.strip() or done.returncode}")
+    ended = end_for_good(job_id, lambda: subprocess.run(["scancel", job_id], capture_output=True), wait)
+    return (f"job {job_id} cancelled for good: it will not be requeued"
+            + ("" if ended else f" (its steps were still ending after {wait:g} s)"))
 
 
 def from_slurm(job_id: str, record: dict, cluster: str) -> Optional[index.Entry]:

@@ -1,5 +1,6 @@
 """A submitted job's handle: its state from scontrol or the local executor, its tasks' results,
-which task failed, waiting, cancelling; what submit_job and attach return."""
+which task failed, waiting, its logs and a final cancel as `slurmgen logs` and `slurmgen cancel` have
+them; what submit_job and attach return."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class Submission:
         self.output_dir = output_dir
         self.local = local
         self._error_seen: Optional[float] = None
-        self.cancelled_here = False  # by cancel(): fail-fast, the hang watch, Ctrl-C; not a user's scancel
+        self.cancelled_here = False  # by _scancel(): fail-fast, the hang watch; not cancel() nor a user's scancel
 
     def __repr__(self) -> str:
         return f"Submission(job_id={self.job_id!r}, folder={str(self.folder)!r})"
@@ -65,9 +66,27 @@ class Submission:
     def _paths(self, task: int):
         return submitit_adapter.job_paths(self.folder, self.job_id, task)
 
-    def logs(self) -> list[tuple[Path, Path]]:
-        """(stdout, stderr) log paths of every task, rank order."""
-        return [(p.stdout, p.stderr) for p in map(self._paths, range(self.world_size))]
+    def _entry(self):
+        """The job as the user's index holds it (submission.index_entry): rank R's logs are submitit's
+        {job}_{R}_log.out and .err; a local job has the same files and no entry."""
+        from slurmgen.job import index
+        from slurmgen.job.record import JobFiles
+
+        return index.Entry("", self.job_id, index.SUBMITTED,
+                           str(JobFiles.of(self.folder, self.job_id).folder), world_size=self.world_size,
+                           task_logs=str(self.folder / f"{self.job_id}_{{rank}}_log"))
+
+    def log_files(self, rank: Optional[int] = None) -> list[Path]:
+        """Rank R's stdout and stderr files (None: rank 0's, where the batch script writes too)."""
+        from slurmgen.observe import life_handle
+
+        return life_handle.log_files(self._entry(), rank)
+
+    def logs(self, rank: Optional[int] = None) -> str:
+        """Rank R's output now (stdout, then stderr), as `slurmgen logs JOB --rank R` prints it."""
+        from slurmgen.observe import life_handle
+
+        return life_handle.log_text(self._entry(), rank)
 
     def _outcomes(self) -> dict:
         """task -> (outcome "success"/"error", mtime) for tasks that wrote a result."""
@@ -134,7 +153,7 @@ class Submission:
         self._error_seen = self._error_seen or now
         if now - self._error_seen < FAIL_FAST_S:
             return False
-        self.cancel()
+        self._scancel()
         return True
 
     def wait(self, progress: Optional[Callable[[Status], None]] = None, interval: float = 1.0,
@@ -212,16 +231,27 @@ class Submission:
             metrics = json.loads(self.metrics_file().read_text())
         return metrics
 
-    def cancel(self) -> None:
+    def cancel(self) -> str:
+        """The user's cancel, final as `slurmgen cancel` is: marked in the job's folder, so no task
+        requeues it at the cancel's TERM, and no retry follows. Returns the command's line."""
+        if self.local:
+            self._job.cancel()
+            return f"job {self.job_id} cancelled"
+        from slurmgen.observe import life_handle
+        from slurmgen.observe.job_life import Found
+
+        return life_handle.cancel(Found(self._entry(), jobs.job_records(self.job_id)))
+
+    def _scancel(self) -> None:
+        """slurmgen's own cancel (fail-fast, the hang watch): a failure the submit command may retry."""
         self.cancelled_here = True
         if self.local:
             self._job.cancel()
         else:
             subprocess.run(["scancel", self.job_id], check=False, capture_output=True)
 
-
     def end_for_good(self, timeout: float = 180.0) -> None:
         """Cancel the job and keep it cancelled: a task that was already stopping when the
         cancel's TERM came may still requeue it. Returns once no step is left (nothing can
         requeue it any more) or after `timeout` seconds."""
-        jobs.end_for_good(self.job_id, self.cancel, timeout)
+        jobs.end_for_good(self.job_id, self._scancel, timeout)

@@ -68,13 +68,14 @@ def default_folder(log_dir: str) -> str:
 
 
 def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
-               dependency: str = "") -> "Submission":
+               dependency: str = "", task=None) -> "Submission":
     """Submit `spec` (already validated) and return a handle at once.
 
     folder: where submitit keeps the job's pickles and the per-task logs
     ({job}_{task}_log.out/.err); default: <spec.log_dir>/submitit.
     local: run on this machine with submitit's LocalExecutor (world size = sum of GPUs).
     dependency: sbatch's --dependency (a sweep's chain); --after's conditions are added.
+    task: what every rank runs (default: the spec's training, parameters.make_task; slurmgen.run's function).
     """
     check_submittable(spec)
     if spec.sweep:
@@ -89,7 +90,7 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
         # local: a Ctrl-C must reach only this process, which asks before cancelling; Slurm: sbatch's
         # stderr comes back in the error, which submitit would otherwise print whole first
         with submitit_adapter.own_session() if local else contextlib.redirect_stderr(io.StringIO()):
-            job = executor.submit(make_task(spec, local))
+            job = executor.submit(task or make_task(spec, local))
     except Exception as err:  # sbatch's refusal arrives as a multi-line FailedJobError
         if made:  # nothing of a job that was never submitted stays behind (logs/submitit)
             shutil.rmtree(made, ignore_errors=True)
@@ -100,16 +101,16 @@ def submit_job(spec: JobSpec, folder: Optional[str] = None, local: bool = False,
                      submitted_at)
     if not local:  # a local job dies with this process: nothing to attach to later
         _write_record(sub)
-        index.write(index_entry(sub, spec))
+        index.write(index_entry(sub, spec, task))
     return sub
 
 
-def index_entry(sub: "Submission", spec: JobSpec) -> index.Entry:
+def index_entry(sub: "Submission", spec: JobSpec, task=None) -> index.Entry:
     """The submitted job in the user's index (slurmgen status, logs, list): rank R's logs are submitit's
     {job}_{R}_log.out and .err in its folder."""
     from slurmgen.job.record import JobFiles
 
-    kind, name = spec.target
+    kind, name = task.target if task is not None else spec.target
     command = shlex.join([*(["-m"] if kind == "module" else []), name, *spec.train_args])
     folder = str(JobFiles.of(sub.folder, sub.job_id).folder)
     return index.Entry(index.cluster_name(), sub.job_id, index.SUBMITTED, folder,

@@ -30,7 +30,7 @@ def test_a_job_submitted_from_python_with_sbatch_completes(cluster, assets, tmp_
     assert handle.job_id.isdigit()
     assert (tmp_path / "job.sh").read_text() == job.render().replace(
         "# Command: slurmgen render ", f"# Command: slurmgen render -o {tmp_path / 'job.sh'} ", 1)
-    assert handle.wait(timeout=420, interval=1.0) == "COMPLETED", [p.read_text()[-3000:] for p in handle.logs()]
+    assert handle.wait(timeout=420, interval=1.0) == "COMPLETED", handle.logs()[-3000:]
     assert handle.state() == "COMPLETED"
     metrics = handle.metrics()
     assert metrics is not None and metrics["world_size"] == 6
