@@ -74,7 +74,7 @@ def test_a_script_edited_while_its_job_is_held_runs_as_rendered(cluster, tmp_pat
     assert sorted(rank for _, _, rank, _ in lines) == list(range(6)), job.log
     assert {v for v, _, _, _ in lines} == {"v1"}, job.log
     snapshots = tmp_path / "logs" / "snapshots"
-    assert {f for _, _, _, f in lines} == {str(p / "job_code.py") for p in snapshots.iterdir()}, job.log
+    assert {f for _, _, _, f in lines} == {str(p / "job_code.py") for p in snapshots.iterdir() if p.is_dir()}, job.log
     assert f"slurmgen: code: snapshot {snapshots}/" in job.log and f"(commit {commit};" in job.log, job.log
 
 
