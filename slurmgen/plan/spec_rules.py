@@ -163,10 +163,11 @@ def _faults(spec) -> None:
         raise SpecError(f"--save-timeout {spec.save_timeout}: must be a positive number of seconds")
     if spec.max_failures < 0:
         raise SpecError(f"--max-failures {spec.max_failures}: must be zero or more")
-    if spec.spares < 0 or (spec.spares and len(set(zip(spec.gpu_types, spec.partitions, spec.constraints))) > 1):
+    differ = [o for o, each in (("--gpu-type", spec.gpu_types), ("--partition", spec.partitions),
+                                ("--constraint", spec.constraints)) if len(set(each)) > 1]
+    if spec.spares < 0 or (spec.spares and differ):
         raise SpecError(f"--spares {spec.spares}: " + ("must be zero or more" if spec.spares < 0 else
-                        "a spare stands in for any node, so the nodes must share one --gpu-type, --partition"
-                        " and --constraint"))
+                        f"a spare stands in for any node, so the nodes must share one {differ[0]}"))
     spec.slow_nodes.validate()
 
 
