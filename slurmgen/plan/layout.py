@@ -166,8 +166,8 @@ def summary(plan: Plan) -> str:
         first, last = comp.rank_offset, comp.rank_offset + comp.ranks - 1
         where = f" on {comp.nodelist}" if comp.nodelist else ""
         typed = f" {comp.gpu_type}" if comp.gpu_type else ""
-        place = f", {comp.place}" if comp.place else ""
-        lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node}{typed} GPU(s){where}{place},"
+        where += f", {comp.place}" if comp.place else ""
+        lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node}{typed} GPU(s){where},"
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")
     if plan.spare:

@@ -112,14 +112,15 @@ def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
         spares = f", and {plan.spare.nodes} spare node(s)" if plan.spare else ""
         verdict.lines.append(f"result: the layout can run (world size {plan.world_size}{spares})")
     else:
-        verdict.lines.append(f"result: the layout cannot run here; {_suggest(list({n.name: n for n in usable}.values()))}")
+        once = list({n.name: n for n in usable}.values())  # a node in two of the partitions: once
+        verdict.lines.append(f"result: the layout cannot run here; {_suggest(once)}")
     return verdict
 
 
 def _place_component(plan: Plan, comp, members: list[Node], taken: set[str], default: str) -> list[str]:
     """The lines of one component: the nodes it can run on (added to taken), or why it cannot."""
     partition = comp.partition or default
-    pinned = set(hostlist_names(comp.nodelist)) if comp.nodelist else None  # spares: no pins
+    pinned = set(_hosts(comp.nodelist)) if comp.nodelist else None  # spares: no pins
     cpus = comp.tasks_per_node * comp.cpus_per_task
     mem = memory_mb(comp.mem) or (memory_mb(plan.spec.mem_per_cpu) or 0) * cpus or None
     own = [n for n in members if n.partition == partition
@@ -141,7 +142,7 @@ def _place_component(plan: Plan, comp, members: list[Node], taken: set[str], def
     return lines + [f"  {why}" for why in short]
 
 
-def hostlist_names(text: str) -> list[str]:
+def _hosts(text: str) -> list[str]:
     import hostlist
 
     return hostlist.expand_hostlist(text)
