@@ -28,7 +28,8 @@ class Asking:
         self.default = ""  # the default partition, once nodes() read it
         if shutil.which("sinfo"):
             try:
-                self.proc = subprocess.Popen(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], stdout=subprocess.PIPE,
+                # -a: hidden partitions too, which take jobs all the same (no partition refused for being hidden)
+                self.proc = subprocess.Popen(["sinfo", "-a", "-h", "-N", "-o", SINFO_FORMAT], stdout=subprocess.PIPE,
                                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
                                              errors="replace")
             except OSError:
