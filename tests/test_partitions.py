@@ -167,6 +167,9 @@ def test_what_the_cluster_has_is_rendered(render_args, tmp_path, sinfo_here):
     assert render_args("render", "-o", "job.sh", *MODULE, *PARTS).exit_code == 0
     assert render_args("render", "-o", "job2.sh", *MODULE, "--nodes", "4", "--gpus", "1,1,2,2", "--partition",
                        "small,small,big,big", "--constraint", "v100,v100,[a100|h100],a100").exit_code == 0
+    # a count (ib*1: one node with ib) is no feature every node needs
+    assert render_args("render", "-o", "job3.sh", *MODULE, "--nodes", "2", "--gpus", "2", "--partition", "big",
+                       "--constraint", "a100&ib*1").exit_code == 0
     # a GPU count is judged against its node's own partition
     result = render_args("render", *MODULE, "--nodes", "2", "--gpus", "2,2", "--partition", "small,big")
     assert (result.exit_code, result.stderr) == (
