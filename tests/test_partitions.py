@@ -199,6 +199,8 @@ def test_check_judges_each_component_in_its_own_partition():
     assert ("component 1 (2 node(s) x 2 GPU(s)): cannot run: needs 2 node(s) with >= 2 GPU(s) in partition big"
             " with 'a100&ib'; 1 usable (n3)") in short.lines
     assert "  n2 is drained (broken)" in short.lines
+    counted = verdict(gpus=(2, 2), partition="big", constraint="a100&ib*1")  # one node with ib is enough
+    assert counted.ok and "component 0 (2 node(s) x 2 GPU(s)): can run on n3, n4" in counted.lines
 
 
 def test_fit_reads_each_nodes_memory_in_its_own_partition():

@@ -123,8 +123,7 @@ def _place_component(plan: Plan, comp, members: list[Node], taken: set[str], def
     pinned = set(_hosts(comp.nodelist)) if comp.nodelist else None  # spares: no pins
     cpus = comp.tasks_per_node * comp.cpus_per_task
     mem = memory_mb(comp.mem) or (memory_mb(plan.spec.mem_per_cpu) or 0) * cpus or None
-    own = [n for n in members if n.partition == partition
-           and (not comp.constraint or features.satisfies(comp.constraint, n.features) is not False)]
+    own = [n for n in members if n.partition == partition and features.may_run_on(comp.constraint, n.features)]
     candidates = [n for n in own if n.usable and n.gpus >= comp.gpus_per_node and n.name not in taken
                   and (pinned is None or n.name in pinned)]
     short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]

@@ -15,6 +15,18 @@ def names(expression: str) -> list[str]:
     return [t for t in _tokens(expression) or [] if t not in "&|,!()[]"]
 
 
+def judged_per_node(expression: str) -> bool:
+    """Whether every node must satisfy the expression itself: not with node counts (a100*2: that
+    many nodes with it, the rest need not), not where there is none."""
+    return bool(expression) and "*" not in expression
+
+
+def may_run_on(expression: str, features) -> bool:
+    """Whether a node with these features may be one of the nodes asking for this expression (one
+    that cannot be judged here may)."""
+    return not judged_per_node(expression) or satisfies(expression, features) is not False
+
+
 def satisfies(expression: str, features) -> Optional[bool]:
     """Whether a node with these features may satisfy the expression; None where it does not parse
     (then Slurm judges it)."""

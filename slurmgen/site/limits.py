@@ -93,11 +93,11 @@ def check_places(spec, nodes: Optional[list[Node]], default: str = "") -> None:
             option = f"--partition {spec.partition!r}" if spec.partition else f"--nodes {spec.nodes}"
             raise SpecError(f"{option}: {count} nodes in {where}, which has {has} (sinfo)")
     for (partition, constraint), count in Counter(zip(spec.partitions, spec.constraints)).items():
-        if "*" in constraint:  # a100*2: that many nodes with it, not every node; Slurm's to judge
+        if not features.judged_per_node(constraint):  # a100*2: that many nodes with it; Slurm's to judge
             continue
         members, where = _members(nodes, partition, default)
-        able = {n.name for n in members if features.satisfies(constraint, n.features) is not False}
-        if constraint and len(able) < count:
+        able = {n.name for n in members if features.may_run_on(constraint, n.features)}
+        if len(able) < count:
             have = ", ".join(sorted({f for n in members for f in n.features})) or "none"
             short = f"{count} nodes need {constraint!r} in {where}, which has {len(able)}" if able else \
                 f"no node of {where} has {constraint!r}"
