@@ -82,11 +82,11 @@ def render_command(ctx, output, show_config, check_first, **params):
     click.echo(_render_summary(ctx, plan, output, files), err=to_stdout)
 
 
-def judge(vetting, scripts, resume_advice: bool = True) -> list:
+def judge(vetting, scripts, resume_advice: bool = True, places: bool = True) -> list:
     """The vetting's verdict: one line and exit 2 for a value that would fail after the queue wait;
     else the notes to show."""
     try:
-        return vetting.judge(scripts, resume_advice)
+        return vetting.judge(scripts, resume_advice, places)
     except SpecError as err:
         fail(str(err))
 
@@ -218,7 +218,8 @@ def check_command(**params):
     from slurmgen.script.render import render
 
     plan = materialize(spec)
-    judge(vetting, [render(plan)], resume_advice=False)  # --script's reading says what never resumes
+    # --script's reading says what never resumes; the verdict, what a partition lacks
+    judge(vetting, [render(plan)], resume_advice=False, places=False)
     sys.exit(0 if run_check(plan, alternatives=_alternatives(params, spec), vetting=vetting) else 1)
 
 

@@ -38,6 +38,9 @@ CASES = {
         "--launcher-arg=--tee=3", "--launcher-arg", "--redirects", "--launcher-arg", "3",
         "--master-addr-ip", "--nccl-socket-ifname", "ib0", "--exec", "titan-train",
         "--", "--job.config_file", "llama3_8b.toml"],
+    # Issue 43 item 9: a partition and features per node, each component asking for its own.
+    "partitions_1_1_2_2": ["--nodes", "4", "--gpus", "1,1,2,2", "--partition", "small,small,big,big",
+                           "--constraint", "v100,v100,a100,a100"],
     "srun_exec_mem_per_cpu": ["--nodes", "2", "--gpus", "2", "--launcher", "srun", "--exec", "/opt/bin/train",
                               "--mem-per-cpu", "4G", "--threads-per-core", "1", "--master-addr-ip"],
 }

@@ -54,7 +54,8 @@ def job_info(job: str, files=None) -> JobInfo:
     log = records[0].get("StdErr") or records[0].get("StdOut", "")
     preempted = records[0].get("PreemptTime", "")[:1].isdigit()  # a date once Slurm preempts it
     cancelled = was_cancelled(records[0])
-    return marked(JobInfo(nodes, pinned, user, records[0].get("Partition", ""), log, preempted, cancelled), files)
+    partitions = ",".join(dict.fromkeys(r.get("Partition", "") for r in records))  # each component's
+    return marked(JobInfo(nodes, pinned, user, partitions, log, preempted, cancelled), files)
 
 
 def marked(info: JobInfo, files) -> JobInfo:
@@ -142,14 +143,15 @@ def node_name(host: str, nodes: list[str]) -> str:
 
 
 def fits_without(layout, partition: str, excluded: list[str]) -> bool:
-    """Whether the partition (default: the cluster's default one) can hold the layout without
-    the excluded nodes and those Slurm will not use."""
+    """Whether the partition (default: the cluster's default one; a het job's components may name
+    several, comma-separated: their nodes together) can hold the layout without the excluded nodes
+    and those Slurm will not use."""
     from slurmgen.job.retry import layout_fits
 
     info = cluster.query()
-    partition = partition or info.default_partition
-    caps = [n.gpus for n in info.nodes if n.usable and n.name not in excluded and n.partition == partition]
-    return layout_fits(layout, caps)
+    partitions = set((partition or info.default_partition).split(","))
+    caps = {n.name: n.gpus for n in info.nodes if n.usable and n.name not in excluded and n.partition in partitions}
+    return layout_fits(layout, list(caps.values()))
 
 
 def requeue(job: str) -> bool:

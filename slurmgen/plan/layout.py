@@ -29,6 +29,9 @@ class Component:
     nodelist: str = ""      # compressed host list when the user pinned nodes
     mem: str = ""           # memory per node: --mem, or --mem-per-gpu times the GPUs of a node
     gpu_type: str = ""      # typed GRES (--gpu-type), "" for any GPU
+    partition: str = ""     # its nodes' --partition, "" for the cluster's default
+    constraint: str = ""    # its nodes' --constraint, "" for none
+    place: str = ""         # "partition big, constraint a100" where components differ in them, for its name
 
     @property
     def ranks(self) -> int:
@@ -44,7 +47,8 @@ class Component:
         """As the script's header and the job log name it: "component 0 (2 node(s) x 1 GPU)"."""
         gpus = "GPU" if self.gpus_per_node == 1 else "GPUs"
         typed = f" {self.gpu_type}" if self.gpu_type else ""
-        return f"component {self.index} ({self.nodes} node(s) x {self.gpus_per_node}{typed} {gpus})"
+        place = f", {self.place}" if self.place else ""
+        return f"component {self.index} ({self.nodes} node(s) x {self.gpus_per_node}{typed} {gpus}{place})"
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,19 @@ def model_path(spec: JobSpec) -> str:
     return ""
 
 
-def group_nodes(gpus: tuple[int, ...], types: tuple[str, ...] = ()) -> list[tuple[tuple[int, str], list[int]]]:
-    """(GPU count, GPU type) -> node positions having them, in order of first appearance: one
-    het component each."""
-    groups: dict[tuple[int, str], list[int]] = {}
-    for position, count in enumerate(gpus):
-        groups.setdefault((count, types[position] if types else ""), []).append(position)
+def group_nodes(spec: JobSpec) -> list[tuple[tuple[int, str, str, str], list[int]]]:
+    """(GPU count, GPU type, partition, constraint) -> node positions having them, in order of first
+    appearance: one het component each."""
+    groups: dict[tuple[int, str, str, str], list[int]] = {}
+    for position, kind in enumerate(zip(spec.gpus, spec.gpu_types, spec.partitions, spec.constraints)):
+        groups.setdefault(kind, []).append(position)
     return list(groups.items())
+
+
+def _place(partition: str, constraint: str, differ: tuple[bool, bool]) -> str:
+    """What sets a component apart beyond its GPUs: its partition, its constraint (where they differ)."""
+    words = [f"partition {partition or '(default)'}"] if differ[0] else []
+    return ", ".join(words + ([f"constraint {constraint or '(none)'}"] if differ[1] else []))
 
 
 def materialize(spec: JobSpec) -> Plan:
@@ -119,7 +129,8 @@ def materialize(spec: JobSpec) -> Plan:
     per_gpu_tasks = spec.launcher == "srun"
     components = []
     node_offset = rank_offset = 0
-    for index, ((count, gpu_type), positions) in enumerate(group_nodes(spec.gpus, spec.gpu_types)):
+    differ = (len(set(spec.partitions)) > 1, len(set(spec.constraints)) > 1)
+    for index, ((count, gpu_type, partition, constraint), positions) in enumerate(group_nodes(spec)):
         hosts = [spec.nodelist[p] for p in positions] if spec.nodelist else []
         tasks = count if per_gpu_tasks else 1
         cpus = spec.cpus_per_gpu if per_gpu_tasks else spec.cpus_per_node or spec.cpus_per_gpu * count
@@ -129,6 +140,7 @@ def materialize(spec: JobSpec) -> Plan:
             node_offset=node_offset, rank_offset=rank_offset,
             tasks_per_node=tasks, cpus_per_task=cpus,
             nodelist=hostlist.collect_hostlist(hosts) if hosts else "", mem=mem, gpu_type=gpu_type,
+            partition=partition, constraint=constraint, place=_place(partition, constraint, differ),
         ))
         node_offset += len(positions)
         rank_offset += len(positions) * count
@@ -154,6 +166,7 @@ def summary(plan: Plan) -> str:
         first, last = comp.rank_offset, comp.rank_offset + comp.ranks - 1
         where = f" on {comp.nodelist}" if comp.nodelist else ""
         typed = f" {comp.gpu_type}" if comp.gpu_type else ""
+        where += f", {comp.place}" if comp.place else ""
         lines.append(f"  component {comp.index}: {comp.nodes} node(s) x {comp.gpus_per_node}{typed} GPU(s){where},"
                      f" node ranks {comp.node_offset}-{comp.node_offset + comp.nodes - 1},"
                      f" global ranks {first}-{last}")

@@ -19,7 +19,7 @@ from slurmgen.plan.slow_nodes import SlowNodes
 from slurmgen.plan.spec_rules import (CONTAINER_RUNTIMES, DEFAULT_LOG_NAME, DEFAULT_MODULE,  # noqa: F401
                                       DEFAULT_PORT_RANGE, LAUNCHERS, PREP_MODULE, SHIPPED_MODULES)
 from slurmgen.plan.sweep import MODES as SWEEP_MODES
-from slurmgen.plan.words import TIME_FORMS_TEXT, parse_time, train_arg
+from slurmgen.plan.words import TIME_FORMS_TEXT, parse_time, per_node, train_arg
 
 WITH_FIT = SCRIPTS | {FIT}  # --spares: fit says whether its figures hold for a spare
 
@@ -47,8 +47,10 @@ class JobSpec:
                              help="Whole nodes: no other job, and no two components of this one, on a node.")
     layout_origin: str = ""                # --gpus auto: how the layout was chosen (header)
     # Resources
-    partition: Optional[str] = option(None, "--partition", "-p", section=RESOURCES, commands=EVERY,
-                                      help="Slurm partition.")
+    partition: Optional[str] = option(  # per node: spec.partitions
+        None, "--partition", "-p", section=RESOURCES, metavar="P[,P...]", commands=EVERY,
+        help="Slurm partition: one for all nodes, or one per node like --gpus (small,small,big,big); nodes of"
+             " different partitions make different components.")
     account: Optional[str] = option(None, "--account", "-A", section=RESOURCES, help="Slurm account to charge.")
     qos: Optional[str] = option(None, "--qos", section=RESOURCES, help="Slurm quality of service.")
     time: Optional[str] = option(None, "--time", "-t", section=RESOURCES, metavar="TIME",
@@ -67,8 +69,11 @@ class JobSpec:
     gpu_mem: Optional[str] = option(  # for slurmgen fit and --check: words.parse_sizes
         None, "--gpu-mem", section=RESOURCES, metavar="SIZE", commands=EVERY,
         help="GPU memory (80G; or one per node like --gpus) for `slurmgen fit` and --check.")
-    constraint: Optional[str] = option(None, "--constraint", "-C", section=RESOURCES,
-                                       help="Node features required (Slurm --constraint).")
+    constraint: Optional[str] = option(  # per node: spec.constraints
+        None, "--constraint", "-C", section=RESOURCES, metavar="FEATURES",
+        help="Node features required, in Slurm's --constraint syntax ('a100&ib': both on each node, 'a100|h100'"
+             " either); a comma-separated list of exactly one entry per node (v100,v100,a100,a100) is per node,"
+             " and nodes of different features make different components.")
     hint: Optional[str] = option(
         None, "--hint", section=RESOURCES, metavar="HINT",
         help="Slurm task placement hint: nomultithread, multithread, compute_bound, memory_bound.")
@@ -244,6 +249,16 @@ class JobSpec:
     def gpu_types(self) -> tuple[str, ...]:
         """The GPU type of each node ("" untyped)."""
         return self.gpu_type * self.nodes if len(self.gpu_type) == 1 else self.gpu_type or ("",) * self.nodes
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """The partition of each node ("": the cluster's default)."""
+        return per_node(self.partition, self.nodes)
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        """The --constraint of each node ("": none)."""
+        return per_node(self.constraint, self.nodes)
 
     @property
     def rank_hooks_on(self) -> bool:

@@ -80,6 +80,7 @@ def check(spec) -> None:
                           ("--qos", spec.qos), ("--exclude", spec.exclude)):
         _check_word(option, value)
     _check_word("--constraint", spec.constraint, _CONSTRAINT)
+    _per_node_places(spec)
     if spec.gpu_mem is not None:
         parse_sizes("--gpu-mem", spec.gpu_mem, len(spec.gpus))
     if spec.gpu_type and (len(spec.gpu_type) not in (1, spec.nodes)
@@ -108,6 +109,19 @@ def check(spec) -> None:
     _faults(spec)
     _work(spec)
     _launch(spec)
+
+
+def _per_node_places(spec) -> None:
+    """--partition: one name, or one per node; --constraint: one Slurm expression, or one per node
+    (a list of another length is Slurm's own syntax, as a comma means AND there)."""
+    parts = spec.partition.split(",") if spec.partition is not None else []
+    if len(parts) not in (0, 1, spec.nodes) or not all(parts):
+        raise SpecError(f"--partition {spec.partition!r}: give one partition for all nodes, or one per node"
+                        f" ({spec.nodes})")
+    features = (spec.constraint or "").split(",")
+    if spec.constraint is not None and len(features) == spec.nodes and not all(features):
+        raise SpecError(f"--constraint {spec.constraint!r}: an empty entry; give one constraint for all nodes, or"
+                        f" one per node ({spec.nodes}), several features of one node joined by &")
 
 
 def _pinned_and_excluded(spec) -> None:
@@ -150,9 +164,11 @@ def _faults(spec) -> None:
         raise SpecError(f"--save-timeout {spec.save_timeout}: must be a positive number of seconds")
     if spec.max_failures < 0:
         raise SpecError(f"--max-failures {spec.max_failures}: must be zero or more")
-    if spec.spares < 0 or (spec.spares and len(set(spec.gpu_types)) > 1):
+    differ = [o for o, each in (("--gpu-type", spec.gpu_types), ("--partition", spec.partitions),
+                                ("--constraint", spec.constraints)) if len(set(each)) > 1]
+    if spec.spares < 0 or (spec.spares and differ):
         raise SpecError(f"--spares {spec.spares}: " + ("must be zero or more" if spec.spares < 0 else
-                        "a spare stands in for any node, so the nodes must share one --gpu-type"))
+                        f"a spare stands in for any node, so the nodes must share one {differ[0]}"))
     spec.slow_nodes.validate()
 
 

@@ -88,6 +88,13 @@ def parse_gpus(text: str, nodes: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def per_node(value: Optional[str], nodes: int) -> tuple[str, ...]:
+    """An option's value for each node: a comma-separated list of exactly one entry per node, else
+    the whole value on every node ("" where not given)."""
+    parts = (value or "").split(",")
+    return tuple(parts) if len(parts) == nodes else (value or "",) * nodes
+
+
 def count_runs(counts) -> list[tuple[int, int]]:
     """(1, 1, 2, 2) -> [(1, 2), (2, 2)]: each count with the number of nodes in its run."""
     return [(count, len(list(run))) for count, run in itertools.groupby(counts)]

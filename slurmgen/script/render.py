@@ -135,9 +135,9 @@ def _component_options(spec, comp) -> list[tuple[str, object]]:
     """#SBATCH options of one component after its layout, in a fixed order: those Slurm applies
     per component on every one, job-wide ones on the first only; (name, None) is a flag."""
     first = comp.index == 0
-    pairs = [("partition", spec.partition), ("account", spec.account), ("qos", spec.qos),
+    pairs = [("partition", comp.partition), ("account", spec.account), ("qos", spec.qos),
              ("time", spec.time), ("mem", comp.mem), ("mem-per-cpu", spec.mem_per_cpu),
-             ("constraint", spec.constraint), ("exclude", spec.exclude), ("hint", spec.hint),
+             ("constraint", comp.constraint), ("exclude", spec.exclude), ("hint", spec.hint),
              ("threads-per-core", spec.threads_per_core)]
     if first:
         pairs += [("reservation", spec.reservation), ("mail-type", spec.mail_type),

@@ -28,6 +28,9 @@ def _auto_request(params: dict):
     if params.get("gpu_type") is not None:
         raise SpecError(f"--gpu-type {params['gpu_type']!r} with --gpus auto: auto picks among every GPU of the"
                         " partition; give the layout (--gpus 1,1,2,2), or narrow the nodes with --constraint")
+    if "," in (params.get("partition") or ""):
+        raise SpecError(f"--partition {params['partition']!r} with --gpus auto: auto picks the nodes in one partition;"
+                        " give one, or the layout (--gpus 1,1,2,2) with a partition per node")
     if (world is None) == (most is None):
         raise SpecError("--gpus auto: give --world-size W (exactly W GPUs) or --max-gpus M"
                         " (as many as are free, up to M), not both")

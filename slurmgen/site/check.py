@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from slurmgen.site import slurm_release
+from slurmgen.site import features, slurm_release
 from slurmgen.site.cluster import ClusterInfo, Node
 from slurmgen.plan.layout import Plan
 
@@ -79,55 +79,69 @@ TESTED_RELEASES = ((22, 5), (24, 11), (25, 11))
 
 
 def assess(plan: Plan, cluster: ClusterInfo) -> Verdict:
+    """Each component on the usable nodes of its own partition (and with its --constraint's features)."""
     spec = plan.spec
-    partition = spec.partition or cluster.default_partition
-    verdict = Verdict(ok=True, lines=[f"cluster: {cluster.version}; partition {partition or '(none)'}"
+    named = list(dict.fromkeys(c.partition or cluster.default_partition for c in plan.groups))
+    verdict = Verdict(ok=True, lines=[f"cluster: {cluster.version}; partition{'s' if len(named) > 1 else ''}"
+                                      f" {', '.join(p or '(none)' for p in named)}"
                                       f"{'' if spec.partition else ' (default)'}"])
     release = slurm_release.parse(cluster.version)
     if release not in TESTED_RELEASES:
         verdict.lines.append(f"warning: slurmgen is tested on Slurm {', '.join(map(slurm_release.name, TESTED_RELEASES))};"
                              f" this cluster runs {cluster.version or 'an unknown version'}")
-    if partition not in cluster.partitions:
+    missing = [p for p in named if p not in cluster.partitions]
+    if missing:
         verdict.ok = False
-        verdict.lines.append(f"cannot run: partition {partition!r} does not exist;"
+        verdict.lines.append(f"cannot run: partition {missing[0]!r} does not exist;"
                              f" partitions here: {', '.join(cluster.partitions) or 'none'}")
         return verdict
     excluded = _excluded(plan)
-    members = [n for n in cluster.nodes if n.partition == partition and n.name not in excluded]
+    members = [n for n in cluster.nodes if n.partition in named and n.name not in excluded]
     usable = [n for n in members if n.usable]
-    for node in members:
-        if not node.usable:
-            verdict.lines.append(f"note: {_describe(node)}; not counted")
+    for node in {n.name: n for n in members if not n.usable}.values():
+        verdict.lines.append(f"note: {_describe(node)}; not counted")
     taken: set[str] = set()
     per_component: dict[int, list[str]] = {}
     # Largest GPU counts first, each on the smallest nodes that suffice, so small jobs leave room.
-    for comp in sorted(plan.groups, key=lambda c: (-c.gpus_per_node, c is plan.spare)):  # spares: no pins
-        pinned = set(spec.nodelist[i] for i, g in enumerate(spec.gpus) if g == comp.gpus_per_node) \
-            if spec.nodelist and comp is not plan.spare else None
-        cpus = comp.tasks_per_node * comp.cpus_per_task
-        mem = memory_mb(comp.mem) or (memory_mb(spec.mem_per_cpu) or 0) * cpus or None
-        candidates = [n for n in usable if n.gpus >= comp.gpus_per_node and n.name not in taken
-                      and (pinned is None or n.name in pinned)]
-        short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]
-        fits = sorted((n for n in candidates if not _short_of(n, cpus, mem)), key=lambda n: (n.gpus, n.name))
-        label = f"{'spares' if comp is plan.spare else f'component {comp.index}'} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
-        if len(fits) >= comp.nodes:
-            chosen = fits[:comp.nodes]
-            taken.update(n.name for n in chosen)
-            per_component[comp.index] = [f"{label}: can run on {', '.join(n.name for n in chosen)}"]
-            continue
-        verdict.ok = False
-        names = ", ".join(n.name for n in fits) or "none"
-        lines = [f"{label}: cannot run: needs {comp.nodes} node(s) with >= {comp.gpus_per_node}"
-                 f" GPU(s) in partition {partition}; {len(fits)} usable ({names})"]
-        lines += [f"  {_describe(n)}" for n in members if not n.usable and n.gpus >= comp.gpus_per_node]
-        lines += [f"  {why}" for why in short]
-        per_component[comp.index] = lines
+    for comp in sorted(plan.groups, key=lambda c: (-c.gpus_per_node, c is plan.spare)):
+        per_component[comp.index] = _place_component(plan, comp, members, taken, cluster.default_partition)
+        verdict.ok = verdict.ok and "cannot run" not in per_component[comp.index][0]
     for index in sorted(per_component):
         verdict.lines += per_component[index]
     if verdict.ok:
         spares = f", and {plan.spare.nodes} spare node(s)" if plan.spare else ""
         verdict.lines.append(f"result: the layout can run (world size {plan.world_size}{spares})")
     else:
-        verdict.lines.append(f"result: the layout cannot run here; {_suggest(usable)}")
+        once = list({n.name: n for n in usable}.values())  # a node in two of the partitions: once
+        verdict.lines.append(f"result: the layout cannot run here; {_suggest(once)}")
     return verdict
+
+
+def _place_component(plan: Plan, comp, members: list[Node], taken: set[str], default: str) -> list[str]:
+    """The lines of one component: the nodes it can run on (added to taken), or why it cannot."""
+    partition = comp.partition or default
+    pinned = set(_hosts(comp.nodelist)) if comp.nodelist else None  # spares: no pins
+    cpus = comp.tasks_per_node * comp.cpus_per_task
+    mem = memory_mb(comp.mem) or (memory_mb(plan.spec.mem_per_cpu) or 0) * cpus or None
+    own = [n for n in members if n.partition == partition and features.may_run_on(comp.constraint, n.features)]
+    candidates = [n for n in own if n.usable and n.gpus >= comp.gpus_per_node and n.name not in taken
+                  and (pinned is None or n.name in pinned)]
+    short = [why for why in (_short_of(n, cpus, mem) for n in candidates) if why]
+    fits = sorted((n for n in candidates if not _short_of(n, cpus, mem)), key=lambda n: (n.gpus, n.name))
+    label = f"{'spares' if comp is plan.spare else f'component {comp.index}'} ({comp.nodes} node(s) x {comp.gpus_per_node} GPU(s))"
+    if len(fits) >= comp.nodes:
+        chosen = fits[:comp.nodes]
+        taken.update(n.name for n in chosen)
+        return [f"{label}: can run on {', '.join(n.name for n in chosen)}"]
+    names = ", ".join(n.name for n in fits) or "none"
+    featured = f" with {comp.constraint!r}" if comp.constraint else ""
+    lines = [f"{label}: cannot run: needs {comp.nodes} node(s) with >= {comp.gpus_per_node}"
+             f" GPU(s) in partition {partition}{featured}; {len(fits)} usable ({names})"]
+    lines += [f"  {_describe(n)}" for n in own if not n.usable and n.gpus >= comp.gpus_per_node]
+    return lines + [f"  {why}" for why in short]
+
+
+def _hosts(text: str) -> list[str]:
+    import hostlist
+
+    return hostlist.expand_hostlist(text)

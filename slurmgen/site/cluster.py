@@ -18,6 +18,7 @@ class Node:
     cpus: int
     reason: str = ""
     memory_mb: int = 0  # RealMemory; 0 when unknown
+    features: tuple[str, ...] = ()  # AVAIL_FEATURES (--constraint)
 
     @property
     def usable(self) -> bool:
@@ -51,8 +52,9 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-# What sinfo is asked for, one line a node.
-SINFO_FORMAT = "%N|%P|%G|%T|%c|%E|%m"
+# What sinfo is asked for, one line a node (and partition); the features last, so that older
+# seven-field lines still read.
+SINFO_FORMAT = "%N|%P|%G|%T|%c|%E|%m|%f"
 
 
 def parse_sinfo(text: str) -> tuple[str, list[Node]]:
@@ -62,14 +64,15 @@ def parse_sinfo(text: str) -> tuple[str, list[Node]]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        name, partition, gres, state, cpus, reason, memory = (line.split("|", 6) + [""] * 7)[:7]
+        name, partition, gres, state, cpus, reason, memory, features = (line.split("|", 7) + [""] * 8)[:8]
         if partition.endswith("*"):
             partition = partition[:-1]
             default = partition
         nodes.append(Node(name=name, partition=partition, gpus=gpu_count(gres), state=state,
                           cpus=int(cpus) if cpus.isdigit() else 0,
                           reason="" if reason in ("none", "(null)") else reason,
-                          memory_mb=int(memory) if memory.isdigit() else 0))
+                          memory_mb=int(memory) if memory.isdigit() else 0,
+                          features=tuple(f for f in features.strip().split(",") if f and f != "(null)")))
     return default, nodes
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from slurmgen.plan.words import SpecError
+from slurmgen.plan.words import SpecError, per_node
 
 SOLD = 0.995  # what a card reports to CUDA, of its size as sold (H100 80 GB: 81,559 / 81,920 MiB)
 _GPU_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(G|GB|T|TB|GIB|TIB|M|MB|MIB)?", re.I)
@@ -68,16 +68,18 @@ def from_request(spec) -> Optional[HostBudget]:
 
 def from_cluster(gpus: tuple[int, ...], nodes, partition: Optional[str], default_partition: str,
                  nodelist: tuple[str, ...] = ()) -> HostBudget:
-    """RealMemory per node of the layout, from the cluster's node list (cluster.Node)."""
-    part = partition or default_partition
-    usable = [n for n in nodes if n.usable and (not part or n.partition == part) and n.memory_mb > 0]
+    """RealMemory per node of the layout, from the cluster's node list (cluster.Node); partition: one
+    for all nodes, or one per node (--partition small,small,big,big)."""
+    parts = per_node(partition, len(gpus))
+    usable = [n for n in nodes if n.usable and n.memory_mb > 0]
     found: list[Optional[float]] = []
     for i, count in enumerate(gpus):
         if nodelist:
             named = [n for n in nodes if n.name == nodelist[i] and n.memory_mb > 0]
             found.append(named[0].memory_mb / 1024 if named else None)
             continue
-        able = [n.memory_mb for n in usable if n.gpus >= count]
+        part = parts[i] or default_partition
+        able = [n.memory_mb for n in usable if n.gpus >= count and (not part or n.partition == part)]
         found.append(min(able) / 1024 if able else None)
     return HostBudget(tuple(found), "RealMemory (sinfo)" if any(f is not None for f in found) else "")
 

@@ -1,14 +1,18 @@
-"""GPU counts no node could ever give, refused before anything is written: Slurm would hold such a
-job pending forever. sinfo is started at once and read last (render goes on meanwhile); where it is
-missing or does not answer, counts are held to a stated ceiling."""
+"""Requests no node could ever satisfy, refused before anything is written: Slurm would hold such a
+job pending forever. GPU counts above what any node has, a partition the cluster does not have, more
+nodes than a partition has, a --constraint no node (or too few) of its partition satisfies. sinfo is
+started at once and read last (render goes on meanwhile); where it is missing or does not answer,
+counts are held to a stated ceiling and the rest is Slurm's to judge."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from typing import Optional
 
 from slurmgen.plan.words import SpecError, compact_gpus
+from slurmgen.site import features
 from slurmgen.site.cluster import SINFO_FORMAT, Node, parse_sinfo
 
 # Where sinfo does not answer: more GPUs than any node has (8 GPUs of 7 MIG slices each is 56).
@@ -21,9 +25,11 @@ class Asking:
 
     def __init__(self):
         self.proc = None
+        self.default = ""  # the default partition, once nodes() read it
         if shutil.which("sinfo"):
             try:
-                self.proc = subprocess.Popen(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], stdout=subprocess.PIPE,
+                # -a: hidden partitions too, which take jobs all the same (no partition refused for being hidden)
+                self.proc = subprocess.Popen(["sinfo", "-a", "-h", "-N", "-o", SINFO_FORMAT], stdout=subprocess.PIPE,
                                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
                                              errors="replace")
             except OSError:
@@ -38,12 +44,14 @@ class Asking:
             self.proc.kill()
             self.proc.communicate()
             return None
-        nodes = parse_sinfo(out)[1]
+        self.default, nodes = parse_sinfo(out)
         return nodes if self.proc.returncode == 0 and nodes else None
 
 
 class NoAnswer:
     """No cluster to ask (submit --local): counts are held to the ceiling only."""
+
+    default = ""
 
     def nodes(self) -> Optional[list[Node]]:
         return None
@@ -58,9 +66,47 @@ def check_gpus(spec, nodes: Optional[list[Node]]) -> None:
             raise SpecError(f"--gpus {layout!r}: {most_asked} GPUs on one node; slurmgen takes at most {GPU_CEILING}"
                             " (sinfo does not answer here to say what the nodes have)")
         return
-    members = [n for n in nodes if n.partition == spec.partition] or nodes
-    where = f"partition {spec.partition}" if members is not nodes else "this cluster"
-    most = max(n.gpus for n in members)
-    if most_asked > most:
-        raise SpecError(f"--gpus {layout!r}: {most_asked} GPUs on one node, but no node of {where} has more than"
-                        f" {most} (sinfo)")
+    for partition in dict.fromkeys(spec.partitions):  # each node's count against its own partition
+        asked = max(g for g, p in zip(spec.gpus, spec.partitions) if p == partition)
+        members = [n for n in nodes if n.partition == partition] or nodes  # the partition itself: check_places
+        where = f"partition {partition}" if members is not nodes else "this cluster"
+        most = max(n.gpus for n in members)
+        if asked > most:
+            raise SpecError(f"--gpus {layout!r}: {asked} GPUs on one node, but no node of {where} has more than"
+                            f" {most} (sinfo)")
+
+
+def check_places(spec, nodes: Optional[list[Node]], default: str = "") -> None:
+    """Raises SpecError for a partition sinfo does not list, more nodes than a partition has, or a
+    --constraint that no node, or fewer nodes than asked, of its partition satisfies. default: the
+    default partition, where the nodes of no --partition go."""
+    if nodes is None:
+        return
+    partitions = sorted({n.partition for n in nodes})
+    for partition, count in Counter(spec.partitions).items():
+        if partition and partition not in partitions:
+            raise SpecError(f"--partition {spec.partition!r}: no partition {partition!r} here; partitions:"
+                            f" {', '.join(partitions)} (sinfo)")
+        members, where = _members(nodes, partition, default)
+        has = len({n.name for n in members})
+        if count > has:
+            option = f"--partition {spec.partition!r}" if spec.partition else f"--nodes {spec.nodes}"
+            raise SpecError(f"{option}: {count} nodes in {where}, which has {has} (sinfo)")
+    for (partition, constraint), count in Counter(zip(spec.partitions, spec.constraints)).items():
+        if not features.judged_per_node(constraint):  # a100*2: that many nodes with it; Slurm's to judge
+            continue
+        members, where = _members(nodes, partition, default)
+        able = {n.name for n in members if features.may_run_on(constraint, n.features)}
+        if len(able) < count:
+            have = ", ".join(sorted({f for n in members for f in n.features})) or "none"
+            short = f"{count} nodes need {constraint!r} in {where}, which has {len(able)}" if able else \
+                f"no node of {where} has {constraint!r}"
+            raise SpecError(f"--constraint {spec.constraint!r}: {short}; features there: {have} (sinfo)")
+
+
+def _members(nodes: list[Node], partition: str, default: str) -> tuple[list[Node], str]:
+    """The nodes of a partition ("": the default one, else every node) and how a line names them."""
+    name = partition or default
+    if not name:
+        return nodes, "this cluster"
+    return [n for n in nodes if n.partition == name], f"partition {name}" + ("" if partition else " (the default)")

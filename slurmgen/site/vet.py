@@ -1,6 +1,7 @@
 """The checks of a job's values that ask this machine, run before anything is written (render, check,
-submit): the script parses (bash -n), no GPU count is above what any node has (sinfo), a shipped entry
-point is given a model, and a --script that would start again from step 0 after a requeue is said.
+submit): the script parses (bash -n), no GPU count, partition, node count or feature is beyond what
+the cluster has (sinfo), a shipped entry point is given a model, and a --script that would start again
+from step 0 after a requeue is said.
 `check` and `render --check` also parse the training arguments with the entry point's own parser
 (seconds: TRL's import), never a plain render or submit. The slow ones start at once and are read last."""
 
@@ -29,16 +30,20 @@ class Vetting:
         # with no model the check has its finding already; the parser would only repeat it
         self.args = train_args.start(spec, runs) if parse_args and not self.no_model else None
 
-    def judge(self, scripts=(), resume_advice: bool = True) -> list[str]:
+    def judge(self, scripts=(), resume_advice: bool = True, places: bool = True) -> list[str]:
         """Raises SpecError (one line) for a value that would fail after the queue wait; returns the
         warnings to show beside the summary (a run that never resumes). The model and the training
-        arguments are the caller's: see no_model and findings()."""
+        arguments are the caller's: see no_model and findings(). places: partitions, node counts and
+        features too (check's verdict says those per component instead)."""
         spec = self.spec
         for text in scripts:
             shell_syntax.check_script(text, spec.setup)
         if not scripts and spec.setup:  # the submit path's setup lines, in submitit's own script
             shell_syntax.check_script("\n".join(spec.setup) + "\n", spec.setup)
-        limits.check_gpus(spec, self.asking.nodes())
+        nodes = self.asking.nodes()
+        if places:
+            limits.check_places(spec, nodes, self.asking.default)
+        limits.check_gpus(spec, nodes)
         advice = _never_resumes(spec) if resume_advice else []
         return [f"warning: {line}" for line in advice]
 

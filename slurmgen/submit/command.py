@@ -154,7 +154,7 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
             click.echo(f"slurmgen: {decision.said}", err=True)
             return code
         names = sorted(set(user) | set(decision.exclude))
-        if decision.reasons and not slurm.fits_without([(g, 1) for g in spec.gpus], spec.partition or "", names):
+        if decision.reasons and not slurm.fits_without([(g, 1) for g in spec.gpus], spec.partitions[0], names):
             click.echo(f"slurmgen: {policy.no_room(decision)}", err=True)
             return code
         excluded = list(decision.exclude)

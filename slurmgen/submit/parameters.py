@@ -29,6 +29,11 @@ def check_submittable(spec: JobSpec, command: str = "python -m slurmgen.submit")
     if len(set(spec.gpu_types)) > 1:
         raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: {command} asks for one kind of"
                         " GPU (one job, one task per GPU); give one type, or use slurmgen render (a het job)")
+    for option, value, each in (("--partition", spec.partition, spec.partitions),
+                                ("--constraint", spec.constraint, spec.constraints)):
+        if len(set(each)) > 1:
+            raise SpecError(f"{option} {value!r}: {command} submits one job, not one component per group of nodes;"
+                            f" give one {option[2:]} for all nodes, or use slurmgen render (a het job)")
     if spec.launcher == "accelerate":
         raise SpecError(f"--launcher accelerate: {command} starts one task per GPU"
                         " itself; drop --launcher (accelerate is for scripts from slurmgen render)")
@@ -93,9 +98,9 @@ def slurm_parameters(spec: JobSpec, folder: Optional[Path] = None, dependency: s
         srun_args=[f"--cpus-per-task={spec.cpus_per_gpu}", "--kill-on-bad-exit=1", "--gpu-bind=none",
                    *container_args(spec, os.getcwd(), str(folder) if folder else None), *spec.srun_args],
     )
-    optional = dict(partition=spec.partition, account=spec.account, qos=spec.qos, mem=spec.mem,
+    optional = dict(partition=spec.partitions[0] or None, account=spec.account, qos=spec.qos, mem=spec.mem,
                     mem_per_gpu=spec.mem_per_gpu, mem_per_cpu=spec.mem_per_cpu,
-                    constraint=spec.constraint, exclude=spec.exclude,
+                    constraint=spec.constraints[0] or None, exclude=spec.exclude,  # one for all (check_submittable)
                     nodelist=",".join(spec.nodelist) or None, exclusive=spec.exclusive or None,
                     setup=list(spec.setup) or None)
     params.update({k: v for k, v in optional.items() if v is not None})
