@@ -1,10 +1,15 @@
 """The retry decision `slurmgen submit` and `slurmgen.run` share (slurmgen.submit.resubmit.decide_next),
 with the real failure policy: what is submitted next (the same job, a node left out, pins given up) or
-why not, and the lines said. The partition's answer (Slurm's sinfo in a job) is given as `fits`."""
+why not, and the lines said. The partition's answer (Slurm's sinfo in a job) is given as `fits`. And
+what counts as begun: a step logged since the submission, a hang, or for a function the failed task's
+call of it."""
+from pathlib import Path
+
 from slurmgen.job.policy import Seen
 from slurmgen.job.record import CRASH, HANG
 from slurmgen.plan.spec import JobSpec
-from slurmgen.submit.resubmit import ACTION, FUNCTION_ACTION, Retries, decide_next
+from slurmgen.submit.blame import TaskFailure
+from slurmgen.submit.resubmit import ACTION, FUNCTION_ACTION, Retries, began, decide_next
 
 SPEC = JobSpec(gpus=(1, 1, 2, 2), time="10").validate()
 
@@ -63,3 +68,20 @@ def test_no_retry_before_any_rank_began_nor_past_max_failures():
     none_left = decide_next(spec, Retries.of(spec), Seen(CRASH, "node3"), fits=Partition())
     assert none_left.spec is None
     assert none_left.lines == ("failure 1 (crash on node3): no retry left (--max-failures 0)",)
+
+
+RAISED = TaskFailure(1, "node2", Path("9_1_log.err"), "RuntimeError: boom")  # its start line named node2
+NEVER_STARTED = TaskFailure(1, None, Path("9_1_log.err"), "ModuleNotFoundError: No module named 'mine'")
+
+
+def test_a_functions_failure_counts_once_the_task_called_it():
+    assert began(RAISED, None, 1000.0, hung=False, function=True)
+    assert not began(NEVER_STARTED, None, 1000.0, hung=False, function=True)
+    assert not began(None, None, 1000.0, hung=False, function=True)  # nothing to blame: the job as a whole
+
+
+def test_a_scripts_failure_counts_after_a_step_of_this_submission_or_a_hang():
+    assert not began(RAISED, None, 1000.0, hung=False, function=False)
+    assert not began(RAISED, {"step": 2, "time": 900.0}, 1000.0, hung=False, function=False)  # the last job's
+    assert began(RAISED, {"step": 2, "time": 1001.0}, 1000.0, hung=False, function=False)
+    assert began(None, None, 1000.0, hung=True, function=False)

@@ -64,20 +64,24 @@ def decide_next(spec, retries: Retries, seen: policy.Seen, action: str = ACTION,
                 dataclasses.replace(counted, excluded=tuple(decision.exclude)))
 
 
+def began(failure, progress: Optional[dict], submitted_at: float, hung: bool, function: bool) -> bool:
+    """Whether a rank had begun before the failure: it beat (a hang) or logged a step since this
+    submission. A function (slurmgen.run) has no step to log: for one it is enough that the failed task
+    got as far as calling it (its start line named the node), not a task that could not start."""
+    if hung or (progress and float(progress.get("time", 0)) >= submitted_at):
+        return True
+    return function and failure is not None and failure.task is not None and bool(failure.host)
+
+
 def seen_of(sub, err, watch, function: bool = False) -> Optional[policy.Seen]:
     """What the failed submission showed (err: its JobFailed; watch: its hang watch or None); None for
-    a user's scancel, which is final. A rank had begun once it beat (a hang) or logged a step since this
-    submission; a function (slurmgen.run) has no step to log, so for one it is enough that the failed
-    task got as far as calling it (its start line names the node: not a task that could not start)."""
+    a user's scancel, which is final."""
     hung = watch is not None and watch.hung
     if err.state == "CANCELLED" and not (hung or sub.cancelled_here):
         return None
     failure = err.failure
     host = watch.suspect if hung else sub.crashed_host() or (failure.host if failure else None)
-    progress = sub.status().progress
-    trained = hung or bool(progress and float(progress.get("time", 0)) >= sub.submitted_at)
-    if function and failure is not None and failure.task is not None and failure.host:
-        trained = True
+    trained = began(failure, sub.status().progress, sub.submitted_at, hung, function)
     return policy.Seen(HANG if hung else CRASH, slurm.node_name(host or "", []), trained=trained)  # Slurm's name
 
 
