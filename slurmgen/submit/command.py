@@ -13,7 +13,6 @@ progress.jsonl in the training --output_dir. Exit status: 0 done, 1 the job fail
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -123,15 +122,12 @@ def submit_and_say(spec, folder, local: bool):
 
 def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
     """Submit, follow (with the hang watch), and after a hang or a crash mid-training submit again, as
-    the rendered script requeues, by the same failure policy (slurmgen.job.policy): up to --max-failures,
-    the entry points resuming from the newest checkpoint in --output_dir, a node blamed twice excluded."""
-    import hostlist
+    the rendered script requeues, by the same failure policy (slurmgen.submit.resubmit): up to --max-failures,
+    the entry points resuming from the newest checkpoint in --output_dir, a node blamed twice excluded.
+    A --local run is not retried: it has no nodes to judge or leave out."""
+    from slurmgen.submit import resubmit
 
-    from slurmgen.job import policy, slurm
-    from slurmgen.job.record import CRASH, HANG
-
-    failures, excluded = [], []  # the job's, across its submissions; the nodes the retries left out
-    user = hostlist.expand_hostlist(spec.exclude) if spec.exclude else []
+    retries = resubmit.Retries.of(spec)
     while True:
         sub = submit_and_say(spec, folder, local)
         failed: list = []
@@ -140,29 +136,12 @@ def submit_and_follow(spec, folder, local: bool, interval: float) -> int:
         code = follow(sub, printer, interval, failed, watch)
         if not failed or local:
             return code
-        hung = watch is not None and watch.hung
-        if failed[0].state == "CANCELLED" and not (hung or sub.cancelled_here):  # a user's scancel: final
-            click.echo(f"slurmgen: job {sub.job_id} was cancelled (scancel): not submitting it again", err=True)
+        step = resubmit.after_failure(spec, sub, failed[0], watch, retries)
+        for line in step.lines:  # a retry's line on stdout with the progress; why it stops on stderr
+            click.echo(f"slurmgen: {line}", err=step.spec is None)
+        if step.spec is None:
             return code
-        host = watch.suspect if hung else sub.crashed_host() or (failed[0].failure.host if failed[0].failure else None)
-        progress = sub.status().progress  # a rank that beat (a hang) or logged a step since this submission trained
-        trained = hung or bool(progress and float(progress.get("time", 0)) >= sub.submitted_at)
-        seen = policy.Seen(HANG if hung else CRASH, slurm.node_name(host or "", []), trained=trained)  # Slurm's name
-        decision = policy.decide(failures, excluded, seen, spec.max_failures)
-        failures = list(decision.failures)
-        if not decision.retry:
-            click.echo(f"slurmgen: {decision.said}", err=True)
-            return code
-        names = sorted(set(user) | set(decision.exclude))
-        if decision.reasons and not slurm.fits_without([(g, 1) for g in spec.gpus], spec.partitions[0], names):
-            click.echo(f"slurmgen: {policy.no_room(decision)}", err=True)
-            return code
-        excluded = list(decision.exclude)
-        click.echo("slurmgen: " + policy.retry_line(decision, spec.max_failures,
-                                                    "submitting again to resume from the newest checkpoint"))
-        # Pinned nodes (--nodelist, --gpus auto) must give way to the exclusion: Slurm places the job anew.
-        pins = () if set(spec.nodelist) & set(decision.exclude) else spec.nodelist
-        spec = dataclasses.replace(spec, exclude=hostlist.collect_hostlist(names) if names else None, nodelist=pins)
+        spec, retries = step.spec, step.retries
 
 
 # With --attach, only these say where the job is; anything else would be silently ignored.

@@ -1,6 +1,7 @@
 """slurmgen.run and slurmgen.attach on the real four-node cluster (GPUs 1,1,2,2), issue 44 item 1: a
 function defined in a script's __main__ all-reduces its rank on ranks 0..5 and rank 0's return value
-comes back (15); a Job submitted via sbatch is attached from its id alone, rank 3's lines read through
+comes back (15), and again after a first run that crashed on rank 1 and was submitted again (the
+retry said on stderr); a Job submitted via sbatch is attached from its id alone, rank 3's lines read through
 the handle, and its cancel() is final through a would-be requeue. Not run by the session that wrote it
 (no cluster there)."""
 from __future__ import annotations
@@ -57,6 +58,46 @@ def test_run_of_a_function_that_all_reduces_its_rank_returns_15_on_1_1_2_2(clust
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["sum"], result["world"], result["rank"]) == (15, 6, 0), result  # 0+1+2+3+4+5
     assert result["host"] == "node1", result
+
+
+RETRY_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import slurmgen
+
+    def crash_once_then_all_reduce(marks):
+        import torch
+        import torch.distributed as dist
+        mark = os.path.join(marks, "crashed-once")
+        if os.environ["RANK"] == "1" and not os.path.exists(mark):
+            open(mark, "w").close()
+            raise RuntimeError("rank 1 crashes on the first run")
+        dist.init_process_group("gloo")
+        total = torch.tensor([dist.get_rank()])
+        dist.all_reduce(total)
+        dist.destroy_process_group()
+        return int(total)
+
+    if __name__ == "__main__":
+        print(json.dumps(slurmgen.run(crash_once_then_all_reduce, sys.argv[2], nodes=4, gpus=[1, 1, 2, 2],
+                                      cpus_per_gpu=1, time="0:10:00", log_dir=sys.argv[1])))
+""")
+
+
+@pytest.mark.timeout(600)
+def test_run_of_a_function_that_crashes_on_its_first_run_is_retried_and_returns_15(cluster, tmp_path):
+    """A function's failure once it was called counts (it has no training step to show): the job is
+    submitted again, the function starts again from the top, and rank 0's sum comes back."""
+    (tmp_path / "retry.py").write_text(RETRY_SCRIPT)
+    (tmp_path / "marks").mkdir()
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "retry.py", str(tmp_path / "logs"), str(tmp_path / "marks")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=570)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == 15
+    said = [line for line in done.stderr.splitlines() if "submitting again" in line]
+    assert len(said) == 1 and said[0].startswith("slurmgen: failure 1 of at most 2 (crash"), done.stderr[-3000:]
+    assert said[0].endswith("submitting again; the function starts again from the top"), said
+    assert (tmp_path / "marks" / "crashed-once").exists()
 
 
 @pytest.mark.timeout(600)
