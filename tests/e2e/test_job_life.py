@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import slurmgen as slurmgen_api
+from slurmgen.observe.batch_job import BatchJob
 from tests import slurm_helpers
-from tests.e2e.conftest import BIN, OFFLINE, REPO, render_and_submit
+from tests.e2e.conftest import BIN, OFFLINE, REPO
 from tests.e2e.test_fault_tolerance import ddp_args, job_log
 from tests.e2e.test_hangs import wait_beat
 
@@ -55,14 +57,21 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 @pytest.mark.timeout(600)
-def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path):
+def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path, monkeypatch):
     """torchrun labels every rank's line with its global rank (--tee and the prefix template), so
     `logs --rank 3` is rank 3's; the cancel comes during a time-limit warning, within the runtime's stop
-    grace, after which it would requeue the job: the job stays CANCELLED, never requeued."""
+    grace, after which it would requeue the job: the job stays CANCELLED, never requeued. The job is a
+    slurmgen.Job submitted via sbatch from Python, and slurmgen.attach gets its handle back from the id
+    alone, as another process would: its logs(rank=3) and wait() agree with the commands."""
     env = life_env(tmp_path, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]:")
+    for name in ("XDG_STATE_HOME", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"):  # sbatch exports them to the job
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.chdir(REPO)
     (tmp_path / "loop.py").write_text(LOOP)
-    job_id = render_and_submit(tmp_path, [*UNEVEN, "--script", str(tmp_path / "loop.py"), "--launcher-arg=--tee=3"],
-                               wait=False, env=env)
+    job = slurmgen_api.Job(nodes=4, gpus=[1, 1, 2, 2], script=str(tmp_path / "loop.py"), launcher_arg=["--tee=3"],
+                           log_dir=str(tmp_path / "logs"), cpus_per_gpu=1, net_check=False,
+                           setup=[f"source {BIN / 'activate'}"])
+    job_id = job.submit(via="sbatch", path=tmp_path / "job.sh").job_id
     try:
         wait_beat(tmp_path, job_id, 3, restarts=0)
         status = slurmgen(env, "status", job_id, "--json")
@@ -76,6 +85,9 @@ def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path
         lines = logs.stdout.splitlines()
         assert logs.returncode == 0 and lines and all(l.startswith("[rank3]:") for l in lines), logs.stdout[-2000:]
         assert "[rank3]:rank 3 step 1" in lines, logs.stdout[-2000:]
+        handle = slurmgen_api.attach(job_id)
+        assert isinstance(handle, BatchJob) and handle.job_id == job_id and handle.state() == "RUNNING"
+        assert handle.logs(rank=3).splitlines()[:len(lines)] == lines
         listed = slurmgen(env, "list")
         assert re.search(rf"^{job_id} +slurmgen +rendered +RUNNING +1 +0 ", listed.stdout, re.M), listed.stdout
         subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)  # the time-limit warning
@@ -91,6 +103,7 @@ def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path
     assert "requeueing job" not in log and f"slurmgen: job {job_id} was cancelled" in log, log[-4000:]
     [after] = json.loads(slurmgen(env, "status", job_id, "--json").stdout)
     assert (after["state"], after["cancelled_by"]) == ("CANCELLED", "slurmgen cancel"), after
+    assert handle.wait(timeout=30) == "CANCELLED"
 
 
 @pytest.mark.timeout(600)

@@ -1,28 +1,19 @@
 """slurmgen.run and slurmgen.attach on the real four-node cluster (GPUs 1,1,2,2), issue 44 item 1: a
 function defined in a script's __main__ all-reduces its rank on ranks 0..5 and rank 0's return value
 comes back (15), and again after a first run that crashed on rank 1 and was submitted again (the
-retry said on stderr); a Job submitted via sbatch is attached from its id alone, rank 3's lines read through
-the handle, and its cancel() is final through a would-be requeue. Not run by the session that wrote it
-(no cluster there)."""
+retry said on stderr). A Job submitted via sbatch and attached from its id alone: tests/e2e/test_job_life.py
+(one job for the commands and the handle)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-import time
 import textwrap
-from pathlib import Path
 
 import pytest
 
-import slurmgen
-from slurmgen.observe.batch_job import BatchJob
-from tests import slurm_helpers
-from tests.e2e.conftest import BIN, REPO
-from tests.e2e.test_fault_tolerance import job_log
-from tests.e2e.test_hangs import wait_beat
-from tests.e2e.test_job_life import LOOP, wait_for
+from tests.e2e.conftest import REPO
 
 pytestmark = pytest.mark.cluster
 
@@ -98,37 +89,3 @@ def test_run_of_a_function_that_crashes_on_its_first_run_is_retried_and_returns_
     assert len(said) == 1 and said[0].startswith("slurmgen: failure 1 of at most 2 (crash"), done.stderr[-3000:]
     assert said[0].endswith("submitting again; the function starts again from the top"), said
     assert (tmp_path / "marks" / "crashed-once").exists()
-
-
-@pytest.mark.timeout(600)
-def test_a_job_submitted_via_sbatch_is_attached_by_id_read_by_rank_and_cancelled_for_good(cluster, tmp_path,
-                                                                                       monkeypatch):
-    """As the `slurmgen cancel` test of a rendered job: the cancel comes during a time-limit warning,
-    within the runtime's stop grace, after which it would requeue the job; it stays CANCELLED."""
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")  # torchrun labels each line
-    (tmp_path / "loop.py").write_text(LOOP)
-    job = slurmgen.Job(nodes=4, gpus=[1, 1, 2, 2], script=str(tmp_path / "loop.py"), launcher_arg=["--tee=3"],
-                       log_dir=str(tmp_path / "logs"), cpus_per_gpu=1, net_check=False,
-                       setup=[f"source {BIN / 'activate'}"])
-    job_id = job.submit(via="sbatch", path=tmp_path / "job.sh").job_id
-    try:
-        handle = slurmgen.attach(job_id)  # from the id alone, as another process would
-        assert isinstance(handle, BatchJob) and handle.job_id == job_id
-        wait_beat(tmp_path, job_id, 3, restarts=0)
-        assert handle.state() == "RUNNING"
-        lines = handle.logs(rank=3).splitlines()
-        assert lines and all(line.startswith("[rank3]:") for line in lines), lines[-20:]
-        assert "[rank3]:rank 3 step 1" in lines, lines[-20:]
-        subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)  # the time-limit warning
-        wait_for(lambda: "asking every rank to checkpoint" in job_log(tmp_path, job_id), 60, "no warning taken")
-        said = handle.cancel()
-        assert said.startswith(f"job {job_id} cancelled for good"), said
-        time.sleep(40)  # past the stop grace: the runtime would have requeued the job by now
-        info = slurm_helpers.job_info(job_id)
-    finally:
-        slurm_helpers.cancel(job_id)
-    log = job_log(tmp_path, job_id)
-    assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", log[-4000:]
-    assert handle.wait(timeout=30) == "CANCELLED" and "requeueing job" not in log, log[-4000:]
