@@ -20,6 +20,7 @@ class Seen:
     gone: dict = field(default_factory=dict)  # nodes Slurm (or a probe) says are lost: node -> what it says
     trained: bool = True  # a rank had begun training (a beat, a progress line)
     refused: bool = False  # Slurm refused a step, or a node could not start its tasks: not the code's doing
+    uncreated: bool = False  # of those, a step the controller refused to create: no node's doing either
 
 
 @dataclass(frozen=True)

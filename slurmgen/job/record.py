@@ -127,6 +127,7 @@ class JobRecord:
     """Across the runs of one job id (each requeue is a new run of the same job)."""
     restarts: int = 0  # requeues at a time-limit warning, up to --max-restarts
     failures: list[Failure] = field(default_factory=list)  # up to --max-failures
+    refusals: int = 0  # steps Slurm refused, each answered by a start again in place (requeue.no_failure)
     excluded: list[str] = field(default_factory=list)  # nodes left out of later runs
     # The nodes of the run in progress. The runtime clears it wherever it ends a run itself, so a
     # run that finds it set was ended by Slurm (a node went down).

@@ -8,6 +8,11 @@ from __future__ import annotations
 from slurmgen.job import hangs, policy, retry
 from slurmgen.job.checks import say
 from slurmgen.job.record import CRASH
+from slurmgen.job.states import State
+
+# Steps Slurm refused, per job, that start the components again in the same allocation (after this
+# pause) before a refusal counts as a failure.
+IN_PLACE, IN_PLACE_PAUSE = 2, 5.0
 
 
 def seen(slurm_api, job: str, nodes: list[str], files, why: str, node: str, lost: dict):
@@ -18,7 +23,27 @@ def seen(slurm_api, job: str, nodes: list[str], files, why: str, node: str, lost
     gone = {**slurm_api.lost_nodes(sorted(set(info.nodes) | set(nodes))), **lost}
     log = slurm_api.read_log(info.log) if why == CRASH else ""
     node = node if gone else slurm_api.node_name(node or retry.crashed_node(log), info.nodes)  # no log: no node
-    return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(files.beats)), refused=retry.step_refused(log)), info
+    return policy.Seen(why, node, gone, trained=bool(hangs.read_beats(files.beats)), refused=retry.step_refused(log),
+                       uncreated=retry.step_uncreated(log)), info
+
+
+def no_failure(job: str, record, seen: policy.Seen, info, sleep):
+    """The state of a run that ended by no fault of the job's, else None: PREEMPTED (the preemption's
+    TERM, to the steps alone, ended ranks that could not save), or RESTARTED in place after a step the
+    controller refused to create: Slurm's state of a moment, neither the code's nor a node's (22.05 once
+    refused the GPU step of a node just back from a drain), so neither a failure nor a requeue, up to
+    IN_PLACE times a job. (A node that could not start its tasks is blamed: policy.decide.)"""
+    if info.preempted:
+        say(f"slurmgen: job {job} preempted (its ranks ended at its signal): no failure counted")
+        return State.PREEMPTED
+    if not seen.uncreated or seen.gone or record.refusals >= IN_PLACE:
+        return None
+    record.refusals += 1
+    # "slurmgen: job " begins the log's next run (retry._last_run): the refusal is this run's alone
+    say(f"slurmgen: job {job}: Slurm refused a step (its state, not the code's): starting the components again in"
+        f" this allocation, no failure counted ({record.refusals} of at most {IN_PLACE})")
+    sleep(IN_PLACE_PAUSE)
+    return State.RESTARTED
 
 
 def fits_without(slurm_api, layout, info, nodes) -> bool:

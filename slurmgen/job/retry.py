@@ -70,6 +70,11 @@ def crashed_node(log: str) -> str:
     return odd[0] if odd else ""
 
 
+def step_uncreated(log: str) -> bool:
+    """Whether the controller refused to create a step of the last run ("Unable to create step for job")."""
+    return "srun: error: Unable to create step for job" in _last_run(log)
+
+
 def step_refused(log: str) -> bool:
     """Whether Slurm refused to create a step of the last run ("srun: error: Unable to create step
     for job"; once seen with 22.05, "Invalid generic resource (gres) specification", for a step like

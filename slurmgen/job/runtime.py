@@ -256,9 +256,9 @@ class Runtime:
                                   self.spares.lost() if spare else {})
         if info.cancelled:  # the user ended it (and its ranks with it): no failure to count, nothing to retry
             return self._cancelled()
-        if info.preempted:  # its TERM, to the steps alone, ended ranks that could not save
-            say(f"slurmgen: job {self.job.id} preempted (its ranks ended at its signal): no failure counted")
-            return Result(State.PREEMPTED)
+        blameless = requeue.no_failure(self.job.id, self.record, seen, info, self.sleep)  # preempted, step refused
+        if blameless:
+            return Result(blameless)
         decision = policy.decide(self.record.failures, self.record.excluded, seen, self.spec.max_failures)
         self.record.failures = list(decision.failures)
         if not decision.retry:
@@ -306,7 +306,7 @@ class Runtime:
         self.run = Run()
         self.files.clear_run()
         if self.beats_name:  # the old ranks' node-local beats must not be published as the new ones'
-            os.environ[contract.NODE_BEATS_ENV] = f"{self.beats_name}-{len(self.record.failures)}"
+            os.environ[contract.NODE_BEATS_ENV] = f"{self.beats_name}-{len(self.record.runs)}"
 
     # ---- the pieces ------------------------------------------------------------------------
 
