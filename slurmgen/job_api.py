@@ -103,14 +103,9 @@ class Job:
 
     def _make_log_dir(self) -> str:
         """The log directory; returns the outermost directory made now ("" if it was there), for undo."""
-        outermost, parent = "", os.path.abspath(self.spec.log_dir)
-        while not os.path.lexists(parent):
-            outermost, parent = parent, os.path.dirname(parent)
-        try:
-            os.makedirs(self.spec.log_dir, exist_ok=True)
-        except OSError as err:
-            raise JobError(f"--log-dir {self.spec.log_dir!r}: cannot create it: {err.strerror or err}") from None
-        return outermost
+        from slurmgen.writing import made_dirs
+
+        return _checked(lambda: made_dirs(self.spec.log_dir))
 
     def _copy(self, copy, made: str) -> None:
         """The code snapshot (slurmgen.snapshot.Copy), unless there is none or it is there already."""

@@ -44,13 +44,21 @@ def write_atomically(path: str, text: str) -> None:
 def make_log_dir(path: str, option: str = "--log-dir") -> str:
     """Create --log-dir; returns the outermost directory made now ("" when it existed), for undo().
     A directory that cannot be made (/proc/x, a path through a file) is one line, exit 2."""
+    try:
+        return made_dirs(path, option)
+    except SpecError as err:
+        fail(str(err))
+
+
+def made_dirs(path: str, option: str = "--log-dir") -> str:
+    """make_log_dir for callers that raise rather than exit (slurmgen.Job): SpecError, one line."""
     outermost, parent = "", os.path.abspath(path)
     while not os.path.lexists(parent):
         outermost, parent = parent, os.path.dirname(parent)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
-        fail(f"{option} {path!r}: cannot create it: {err.strerror or err}")
+        raise SpecError(f"{option} {path!r}: cannot create it: {err.strerror or err}") from None
     return outermost
 
 
