@@ -1,0 +1,89 @@
+"""Whether a user's own script reached its end: a rank's "ended" mark (contract.ENDED_FILE in the heartbeat
+folder), written at Python's exit when the script neither raised nor exited with a non-zero status.
+
+Why: a script whose work is done can still die after Python has run its last line: with gloo,
+torch's threads are destroyed inside a C++ destructor during finalization ("terminate called without
+an active exception", SIGABRT, exit -6). torchrun and srun then fail the step, and without this mark
+the job runtime would count a crash and requeue a job that had finished (slurmgen.job.script_end).
+
+The mark is written by an atexit handler that train/rank_hooks registers before the script runs, so
+it runs after every handler the script (and torch) registers: after all of the user's Python, before
+the C++ teardown where the abort happens. A user's own atexit handler that aborts leaves no mark: the
+safe side (a failure, as before). Not ended well, so no mark:
+  * an unhandled exception: Python sets sys.last_value (3.12: sys.last_exc too) before it calls
+    sys.excepthook, whoever replaced that;
+  * a non-zero SystemExit, which never reaches sys.excepthook and leaves no trace by exit time:
+    sys.exit is wrapped, and builtins.SystemExit is a subclass that notes its code when made (for
+    `raise SystemExit(3)` and exit(3)). One the script made and caught also counts: the safe side;
+  * os._exit, a signal, a kill: no atexit handler runs at all.
+Only the standard library and train.heartbeat here: this is imported before the script runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import os
+import sys
+
+from train import contract, heartbeat
+
+_failed_exit = False  # a SystemExit with a non-zero code was made
+
+
+def _notes(code) -> None:
+    global _failed_exit
+    if code not in (None, 0):  # (False == 0: fine too)
+        _failed_exit = True
+
+
+class _NotedExit(builtins.SystemExit):
+    """SystemExit as the script sees it: the same class for `except SystemExit`, its code noted."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _notes(self.code)
+
+
+def install() -> None:
+    """Called by train/rank_hooks before the script runs (first of the atexit handlers: last to run)."""
+    if not os.environ.get(contract.HEARTBEAT_DIR_ENV) or builtins.SystemExit is _NotedExit:
+        return
+    real_exit = sys.exit
+
+    def exit(status=None):  # noqa: A001 (sys.exit's own name, for tracebacks)
+        _notes(status)
+        real_exit(status)
+
+    sys.exit = exit
+    _NotedExit.__name__ = _NotedExit.__qualname__ = "SystemExit"
+    _NotedExit.__module__ = "builtins"  # a pickle of one names SystemExit, whatever reads it
+    builtins.SystemExit = _NotedExit
+    mark_path().unlink(missing_ok=True)  # a mark from this rank's earlier process is not this one's
+    atexit.register(at_exit)
+
+
+def mark_path():
+    from pathlib import Path
+
+    return Path(os.environ[contract.HEARTBEAT_DIR_ENV]) / contract.ENDED_FILE.format(rank=heartbeat.rank())
+
+
+def ended_well() -> bool:
+    """At exit: the script raised nothing it left unhandled and made no non-zero SystemExit."""
+    unhandled = getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+    return not unhandled and not _failed_exit
+
+
+def at_exit() -> None:
+    if not ended_well():
+        return
+    path = mark_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(f"{heartbeat.rank()} {heartbeat.node_name()} {os.getpid()}\n")
+        os.replace(temporary, path)  # whole or absent: the runtime may read it at any moment
+    except OSError as exc:
+        print(f"slurmgen rank hooks: cannot write the end mark ({exc}); an abort at exit would count as a failure",
+              file=sys.stderr, flush=True)
