@@ -52,3 +52,25 @@ def finished_after_all(files, world_size: int, slurm_api, job: str) -> bool:
     say(f"slurmgen: every rank ended its script; {who_failed(log)} in Python's exit after that (as gloo's"
         " 'terminate called without an active exception'): the job finished, not retried")
     return True
+
+
+def program_status(command: list[str], environ) -> int:
+    """The submit path's --exec program, run in its task to its end: its exit status, or 0 where its rank
+    ended its script (the mark, when the program is Python under the rank hooks) and failed after that, in
+    Python's exit. (Scripts and modules run in the task's own process, which leaves by os._exit(0) once
+    they succeed: no teardown to abort in.)"""
+    import subprocess
+    from pathlib import Path
+
+    from slurmgen.contract import ENDED_FILE, HEARTBEAT_DIR_ENV
+
+    folder = environ.get(HEARTBEAT_DIR_ENV)
+    mark = Path(folder) / ENDED_FILE.format(rank=environ.get("RANK", "0")) if folder else None
+    if mark is not None:
+        mark.unlink(missing_ok=True)  # an earlier run's
+    status = subprocess.run(command).returncode  # environ: this process's, which the program inherits
+    if status and mark is not None and mark.exists():
+        say(f"slurmgen: rank {environ.get('RANK', '0')} ended its script, then exit status {status} in Python's"
+            " exit after that: the task succeeded")
+        return 0
+    return status

@@ -1,0 +1,107 @@
+"""A rank's "ended" mark (train.script_end, issue 41) in real processes started as a job starts its
+ranks (train/rank_hooks first on PYTHONPATH, no Slurm): a script that did its work and then died in
+Python's exit leaves it, a script that failed never does; the job runtime's reading of the marks
+(slurmgen.job.script_end) on the files real ranks wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
+from train import rank_hooks  # noqa: E402
+from train_fixtures import free_port, hf_cache, subprocess_env, torchrun_cmd  # noqa: E402,F401
+
+from slurmgen.job.record import JobFiles  # noqa: E402
+from slurmgen.job.script_end import every_rank_ended  # noqa: E402
+
+# The real case's order: the work is done, every atexit handler has run, then C++ teardown aborts
+# (gloo's threads destroyed in a destructor: "terminate called without an active exception").
+# A C++ static destructor is registered with __cxa_atexit; so is this abort.
+ABORT_AFTER_PYTHON = '''
+import ctypes
+libc = ctypes.CDLL(None)
+libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+'''
+
+
+def run(tmp_path: Path, script: str, rank: str = "3") -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(script)
+    env = subprocess_env(tmp_path, RANK=rank, SLURMGEN_HEARTBEAT_DIR=str(tmp_path / "beats"))
+    env["PYTHONPATH"] = rank_hooks.DIR + ":" + env["PYTHONPATH"]
+    return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def mark(tmp_path: Path, rank: str = "3") -> Path:
+    return tmp_path / "beats" / f"ended-{rank}"
+
+
+def test_a_script_that_ended_then_aborted_in_pythons_exit_leaves_its_mark(tmp_path):
+    done = run(tmp_path, ABORT_AFTER_PYTHON + 'print("work done", flush=True)\n')
+    assert done.returncode == -6 and "work done" in done.stdout  # SIGABRT after the end, as the real case
+    assert mark(tmp_path).read_text().split()[0] == "3"
+
+
+def test_a_script_that_ends_with_sys_exit_0_leaves_its_mark(tmp_path):
+    done = run(tmp_path, 'import sys\nprint("ok")\nsys.exit(0)\n')
+    assert done.returncode == 0 and done.stdout == "ok\n" and done.stderr == "" and mark(tmp_path).exists()
+
+
+def test_a_non_zero_systemexit_the_script_caught_still_leaves_no_mark(tmp_path):
+    """SystemExit stays itself to the script; one made with a non-zero code counts, even caught (the safe
+    side: without the mark an abort at exit is a failure, as before)."""
+    script = ('try:\n    raise SystemExit(2)\nexcept SystemExit as caught:\n'
+              '    print(type(caught).__name__, isinstance(caught, SystemExit), caught.code)\nexit(0)\n')
+    done = run(tmp_path, script)
+    assert done.returncode == 0 and done.stdout == "SystemExit True 2\n" and done.stderr == ""
+    assert not mark(tmp_path).exists()
+
+
+@pytest.mark.parametrize("ending, status", [
+    ('raise ValueError("bad batch")', 1),
+    ("import sys\nsys.exit(3)", 3),
+    ("raise SystemExit(3)", 3),
+    ("exit(3)", 3),
+    ('raise SystemExit("a message: status 1")', 1),
+    ('import sys\nsys.excepthook = lambda *exc: print("their hook")\nraise KeyError("k")', 1),  # a hook of their own
+])
+def test_a_script_that_failed_leaves_no_mark_even_if_it_then_aborts(tmp_path, ending, status):
+    done = run(tmp_path, ABORT_AFTER_PYTHON + ending + "\n")
+    assert done.returncode == -6  # the abort hides the status: only the mark's absence tells
+    assert not mark(tmp_path).exists()
+    done = run(tmp_path, ending + "\n")
+    assert done.returncode == status and not mark(tmp_path).exists()
+
+
+def test_an_abort_in_the_scripts_own_atexit_handler_leaves_no_mark(tmp_path):
+    """The hooks' handler runs last of all (registered first): a user's handler that aborts ends the
+    process before it, and the failure counts as before (the safe side)."""
+    done = run(tmp_path, "import atexit, os\natexit.register(os.abort)\nprint('work done')\n")
+    assert done.returncode == -6 and not mark(tmp_path).exists()
+
+
+def test_a_mark_left_by_an_earlier_process_of_the_rank_is_removed_at_its_start(tmp_path):
+    mark(tmp_path).parent.mkdir()
+    mark(tmp_path).write_text("3 node1 1\n")
+    assert run(tmp_path, 'import os\nos._exit(1)\n').returncode == 1
+    assert not mark(tmp_path).exists()
+
+
+def test_torchruns_ranks_mark_their_end_and_the_runtime_reads_every_rank(tmp_path, hf_cache):
+    """Two ranks of a real gloo process group under torchrun: both marks, and the runtime's judgement
+    on them (world size 2: every rank ended; a world of 3: one missing, a real failure)."""
+    (tmp_path / "loop.py").write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "t = torch.ones(2)\ndist.all_reduce(t)\nprint('rank', dist.get_rank(), t.tolist(), flush=True)\n")
+    env = subprocess_env(hf_cache, SLURMGEN_HEARTBEAT_DIR=str(tmp_path / "beats"))
+    env["PYTHONPATH"] = rank_hooks.DIR + ":" + env["PYTHONPATH"]
+    cmd = torchrun_cmd(2, "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "loop.py")
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = JobFiles(tmp_path)  # its beats folder is the heartbeat folder above
+    assert every_rank_ended(files, 2) and not every_rank_ended(files, 3)
+    assert sorted(p.name for p in (tmp_path / "beats").glob("ended-*")) == ["ended-0", "ended-1"]  # not the agent's
