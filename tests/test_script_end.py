@@ -77,10 +77,20 @@ def test_a_script_that_failed_leaves_no_mark_even_if_it_then_aborts(tmp_path, en
     assert done.returncode == status and not mark(tmp_path).exists()
 
 
-def test_an_abort_in_the_scripts_own_atexit_handler_leaves_no_mark(tmp_path):
-    """The hooks' handler runs last of all (registered first): a user's handler that aborts ends the
-    process before it, and the failure counts as before (the safe side)."""
-    done = run(tmp_path, "import atexit, os\natexit.register(os.abort)\nprint('work done')\n")
+def test_an_abort_in_the_scripts_own_atexit_handler_comes_after_the_mark(tmp_path):
+    """The mark is written once the main module ended and its threads were joined, before any atexit
+    handler: one of the script's that aborts (or torch's) comes after it."""
+    script = ("import atexit, os, threading, time\natexit.register(os.abort)\n"
+              "threading.Thread(target=lambda: (time.sleep(1), print('thread done', flush=True))).start()\n")
+    done = run(tmp_path, script)
+    assert done.returncode == -6 and done.stdout == "thread done\n" and mark(tmp_path).exists()
+
+
+def test_a_script_killed_in_its_own_thread_after_its_main_module_ended_leaves_no_mark(tmp_path):
+    """A non-daemon thread still working when the main module ends (an upload, an async save) is part
+    of the script: a crash there, before Python joined it, leaves no mark."""
+    script = "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(1), os.abort())).start()\n"
+    done = run(tmp_path, script)
     assert done.returncode == -6 and not mark(tmp_path).exists()
 
 

@@ -6,10 +6,14 @@ torch's threads are destroyed inside a C++ destructor during finalization ("term
 an active exception", SIGABRT, exit -6). torchrun and srun then fail the step, and without this mark
 the job runtime would count a crash and requeue a job that had finished (slurmgen.job.script_end).
 
-The mark is written by an atexit handler that train/rank_hooks registers before the script runs, so
-it runs after every handler the script (and torch) registers: after all of the user's Python, before
-the C++ teardown where the abort happens. A user's own atexit handler that aborts leaves no mark: the
-safe side (a failure, as before). Not ended well, so no mark:
+When: once the script's main module has ended and Python has joined its non-daemon threads, before
+any atexit handler (torch's, the user's) and the C++ teardown where the abort happens. That is when a
+Python process's exit status is settled (an atexit handler's exception does not change it), and as
+early as it can be: torchrun TERMs a node's other ranks as soon as one of them fails, and a rank still
+in its own exit handlers would lose its mark. How: threading runs its own exit callbacks first at
+shutdown (threading._register_atexit, 3.9+), and the one registered here then registers the mark's
+atexit handler, which, registered last, runs first. A plain atexit handler registered at install
+(run last of all) is the fallback should that private hook be missing. Not ended well, so no mark:
   * an unhandled exception: Python sets sys.last_value (3.12: sys.last_exc too) before it calls
     sys.excepthook, whoever replaced that;
   * a non-zero SystemExit, which never reaches sys.excepthook and leaves no trace by exit time:
@@ -29,6 +33,7 @@ import sys
 from train import contract, heartbeat
 
 _failed_exit = False  # a SystemExit with a non-zero code was made
+_marked = False  # at_exit runs twice: first (registered at shutdown) and last (the fallback)
 
 
 def _notes(code) -> None:
@@ -61,6 +66,21 @@ def install() -> None:
     builtins.SystemExit = _NotedExit
     mark_path().unlink(missing_ok=True)  # a mark from this rank's earlier process is not this one's
     atexit.register(at_exit)
+    try:
+        import threading
+
+        threading._register_atexit(_first_at_exit)
+    except (AttributeError, RuntimeError):  # not on this Python: the handler above, last
+        pass
+
+
+def _first_at_exit() -> None:
+    """At shutdown, before threading joins the threads: at_exit, first of the atexit handlers. Never
+    raises: an exception here would leave the threads unjoined."""
+    try:
+        atexit.register(at_exit)
+    except Exception:  # the fallback handler, last, still marks
+        pass
 
 
 def mark_path():
@@ -76,8 +96,10 @@ def ended_well() -> bool:
 
 
 def at_exit() -> None:
-    if not ended_well():
+    global _marked
+    if _marked or not ended_well():
         return
+    _marked = True
     path = mark_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
