@@ -115,3 +115,32 @@ def test_torchruns_ranks_mark_their_end_and_the_runtime_reads_every_rank(tmp_pat
     files = JobFiles(tmp_path)  # its beats folder is the heartbeat folder above
     assert every_rank_ended(files, 2) and not every_rank_ended(files, 3)
     assert sorted(p.name for p in (tmp_path / "beats").glob("ended-*")) == ["ended-0", "ended-1"]  # not the agent's
+
+
+def test_pythons_the_rank_started_do_not_speak_for_it(tmp_path):
+    """A spawned worker (a DataLoader's, with the spawn context) and a Python subprocess end well; the rank
+    then fails: no mark. Neither removes the mark of a rank that ends well either."""
+    script = ("import multiprocessing as mp, subprocess, sys\n"
+              "def work():\n    print('worker done', flush=True)\n"
+              "if __name__ == '__main__':\n"
+              "    p = mp.get_context('spawn').Process(target=work)\n    p.start()\n    p.join()\n"
+              "    subprocess.run([sys.executable, '-c', 'print(\"child done\")'], check=True)\n"
+              "    import os\n    if os.environ.get('FAIL'):\n        raise RuntimeError('saving failed')\n")
+    (tmp_path / "script.py").write_text(script)
+    env = subprocess_env(tmp_path, RANK="3", SLURMGEN_HEARTBEAT_DIR=str(tmp_path / "beats"), FAIL="1")
+    env["PYTHONPATH"] = rank_hooks.DIR + ":" + env["PYTHONPATH"]
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and done.stdout == "worker done\nchild done\n", done.stderr
+    assert not mark(tmp_path).exists()
+    del env["FAIL"]
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and mark(tmp_path).read_text().split()[2] != ""  # the rank's own pid
+
+
+def test_a_forked_child_that_exits_through_pythons_exit_does_not_mark_for_its_parent(tmp_path):
+    script = ("import os, sys, time\nif os.fork() == 0:\n    sys.exit(0)\ntime.sleep(0.5)\n"
+              "raise RuntimeError('the parent failed')\n")
+    done = run(tmp_path, script)
+    assert done.returncode == 1 and not mark(tmp_path).exists()

@@ -17,6 +17,7 @@ PUBLISH_SECONDS = 2.0
 # SystemExit) writes it at Python's exit, before C++ finalization, which can still abort the process (gloo's
 # threads: "terminate called without an active exception", SIGABRT) after the work is done.
 ENDED_FILE = "ended-{rank}"
+RANK_PROCESS_ENV = "SLURMGEN_RANK_PROCESS"  # the pid of the rank's own process: Pythons it starts do not mark
 STOPPABLE_FILE = "stoppable"  # in the heartbeat folder: the ranks' code takes the stop file (a Trainer)
 # Every rank writes its Python stacks on this signal (the hang watch's question): a real-time one, SIGRTMIN+5,
 # which no framework claims, where USR1 is Lightning's requeue and many codebases' own (a handler set

@@ -20,6 +20,9 @@ atexit handler, which, registered last, runs first. A plain atexit handler regis
     sys.exit is wrapped, and builtins.SystemExit is a subclass that notes its code when made (for
     `raise SystemExit(3)` and exit(3)). One the script made and caught also counts: the safe side;
   * os._exit, a signal, a kill: no atexit handler runs at all.
+Only the rank's own process marks: the first Python with RANK claims it (contract.RANK_PROCESS_ENV), so
+a Python it starts (a spawned DataLoader worker, an evaluation script) that ends well does not speak
+for a rank that then fails, and a forked child's exit is not its parent's.
 Only the standard library and train.heartbeat here: this is imported before the script runs.
 """
 
@@ -34,6 +37,7 @@ from train import contract, heartbeat
 
 _failed_exit = False  # a SystemExit with a non-zero code was made
 _marked = False  # at_exit runs twice: first (registered at shutdown) and last (the fallback)
+_owner = 0  # the rank's process (a forked child inherits the handlers, not the right to mark)
 
 
 def _notes(code) -> None:
@@ -52,8 +56,11 @@ class _NotedExit(builtins.SystemExit):
 
 def install() -> None:
     """Called by train/rank_hooks before the script runs (first of the atexit handlers: last to run)."""
-    if not os.environ.get(contract.HEARTBEAT_DIR_ENV) or builtins.SystemExit is _NotedExit:
-        return
+    global _owner
+    if not os.environ.get(contract.HEARTBEAT_DIR_ENV) or os.environ.get(contract.RANK_PROCESS_ENV):
+        return  # no job folder, or a process the rank started
+    os.environ[contract.RANK_PROCESS_ENV] = str(os.getpid())
+    _owner = os.getpid()
     real_exit = sys.exit
 
     def exit(status=None):  # noqa: A001 (sys.exit's own name, for tracebacks)
@@ -97,7 +104,7 @@ def ended_well() -> bool:
 
 def at_exit() -> None:
     global _marked
-    if _marked or not ended_well():
+    if _marked or os.getpid() != _owner or not ended_well():
         return
     _marked = True
     path = mark_path()
