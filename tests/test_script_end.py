@@ -61,6 +61,17 @@ def test_a_non_zero_systemexit_the_script_caught_still_leaves_no_mark(tmp_path):
     assert not mark(tmp_path).exists()
 
 
+def test_what_sys_exit_and_argparse_raise_is_still_caught_by_the_scripts_except_systemexit(tmp_path):
+    """The noted SystemExit is the one `except SystemExit` names: sys.exit's (and argparse's, through it)
+    is caught as before; the mark follows the codes made (0 and 0: marked)."""
+    script = ("import sys, argparse\ntry:\n    sys.exit(0)\nexcept SystemExit as e:\n    print('caught', e.code)\n"
+              "try:\n    argparse.ArgumentParser().parse_args(['-h'])\nexcept SystemExit as e:\n"
+              "    print('caught', e.code)\nprint('end')\n")
+    done = run(tmp_path, script)
+    assert done.returncode == 0 and done.stdout.startswith("caught 0\nusage:"), done.stdout + done.stderr
+    assert done.stdout.endswith("caught 0\nend\n") and mark(tmp_path).exists()
+
+
 @pytest.mark.parametrize("ending, status", [
     ('raise ValueError("bad batch")', 1),
     ("import sys\nsys.exit(3)", 3),

@@ -17,8 +17,10 @@ atexit handler, which, registered last, runs first. A plain atexit handler regis
   * an unhandled exception: Python sets sys.last_value (3.12: sys.last_exc too) before it calls
     sys.excepthook, whoever replaced that;
   * a non-zero SystemExit, which never reaches sys.excepthook and leaves no trace by exit time:
-    sys.exit is wrapped, and builtins.SystemExit is a subclass that notes its code when made (for
-    `raise SystemExit(3)` and exit(3)). One the script made and caught also counts: the safe side;
+    builtins.SystemExit is a subclass that notes its code when made (`raise SystemExit(3)`, exit(3)),
+    and sys.exit raises that subclass, so `except SystemExit` still catches what sys.exit raises. One
+    the script made and caught also counts: the safe side. (C code that raises the built-in class
+    itself, as _thread.exit, is neither noted nor caught by a script's `except SystemExit`: rare);
   * os._exit, a signal, a kill: no atexit handler runs at all.
 Only the rank's own process marks: the first Python with RANK claims it (contract.RANK_PROCESS_ENV), so
 a Python it starts (a spawned DataLoader worker, an evaluation script) that ends well does not speak
@@ -61,16 +63,16 @@ def install() -> None:
         return  # no job folder, or a process the rank started
     os.environ[contract.RANK_PROCESS_ENV] = str(os.getpid())
     _owner = os.getpid()
-    real_exit = sys.exit
-
-    def exit(status=None):  # noqa: A001 (sys.exit's own name, for tracebacks)
-        _notes(status)
-        real_exit(status)
-
-    sys.exit = exit
     _NotedExit.__name__ = _NotedExit.__qualname__ = "SystemExit"
     _NotedExit.__module__ = "builtins"  # a pickle of one names SystemExit, whatever reads it
     builtins.SystemExit = _NotedExit
+
+    def exit(status=None):  # noqa: A001 (sys.exit's own name, for tracebacks)
+        # raise the noted class, not call the real sys.exit: its SystemExit is the built-in class, which a
+        # script's `except SystemExit` (now the subclass) would no longer catch
+        raise _NotedExit(status)
+
+    sys.exit = exit
     mark_path().unlink(missing_ok=True)  # a mark from this rank's earlier process is not this one's
     atexit.register(at_exit)
     try:
