@@ -562,3 +562,50 @@ def test_a_preflight_that_does_not_answer_lets_training_start_with_one_line(job,
     assert "slurmgen: preflight: not every node answered within 62 s; training starts without it" in out
     assert steps.started == ["preflight_step", "preflight_step", "component_0", "component_1"]
     assert stuck.rc == 143 and 1062 <= job.clock.now  # TERM at the budget's end
+
+
+# torchrun's summary when rank 0 aborted in Python's exit (gloo's threads torn down in C++: SIGABRT)
+ABORTED_AT_EXIT = """slurmgen: job 77
+`Trainer.fit` stopped: `max_epochs=3` reached.
+terminate called without an active exception
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_10:11:12
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 1234)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 1234
+"""
+
+
+def ended_then_aborted(job, *ranks):
+    """Ranks that trained, whose scripts reached their end (train.script_end's marks), then a step that failed."""
+    def behaviour(now):
+        beats(job.files, *range(6))
+        for rank in ranks:
+            job.files.ended(rank).write_text(f"{rank} node1 99\n")
+        return 1 if now >= 1003 else None
+    return behaviour
+
+
+def test_a_failure_after_every_rank_ended_its_script_is_a_finished_job(job, capsys):
+    """Issue 41: a user's script that finished can abort in Python's exit (gloo, SIGABRT); torchrun fails the
+    step, but the job had finished: no failure counted, never requeued."""
+    slurm = Slurm(log=ABORTED_AT_EXIT)
+    runtime, _ = job(component_0=exits(0, 1002), component_1=ended_then_aborted(job, *range(6)), slurm=slurm)
+    assert status(runtime) == 0
+    out = capsys.readouterr().out
+    assert ("slurmgen: every rank ended its script; rank 0 was ended by SIGABRT in Python's exit after that (as gloo's"
+            " 'terminate called without an active exception'): the job finished, not retried") in out
+    assert slurm.requeued == [] and record(job.files).failures == [] and record(job.files).state == "finished"
+
+
+def test_a_failure_when_a_rank_had_not_ended_its_script_is_a_crash_as_before(job, capsys):
+    slurm = Slurm(log=ABORTED_AT_EXIT)
+    runtime, _ = job(component_0=exits(0, 1002), component_1=ended_then_aborted(job, 0, 1, 2, 3, 4), slurm=slurm)
+    assert status(runtime) == 0  # requeued
+    out = capsys.readouterr().out
+    assert "every rank ended its script" not in out
+    assert "slurmgen: failure 1 of at most 2 (crash on node1): requeueing job 77" in out
+    assert slurm.requeued == ["77"] and record(job.files).failures == [Failure("crash", "node1")]

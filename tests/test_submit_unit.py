@@ -708,6 +708,27 @@ def test_exec_target_runs_the_program_and_reports_its_status(tmp_path, monkeypat
         task.TrainTask(target=("exec", "no-such-program"))._run(stop)
 
 
+def test_an_exec_python_script_that_ended_then_aborted_in_its_exit_is_a_task_that_succeeded(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """Issue 41: --exec python SCRIPT under the rank hooks; the script did its work, then C++ teardown aborted
+    (as gloo's threads do: SIGABRT after every atexit handler). Its rank's end mark makes the task a
+    success; a script that failed and then aborted still fails the task."""
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("RANK", "1"), ("SLURMGEN_HEARTBEAT_DIR", str(tmp_path / "beats")), ("PYTHONPATH", "")):
+        monkeypatch.setenv(name, value)
+    task.install_rank_hooks(os.environ, "exec")
+    abort_after_python = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+                          "libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)\n")
+    (tmp_path / "ok.py").write_text(abort_after_python + "print('work done')\n")
+    (tmp_path / "bad.py").write_text(abort_after_python + "raise ValueError('bad batch')\n")
+    stop = task._StopOnSignal(tmp_path / "stop", True, 60)
+    assert task.TrainTask(target=("exec", sys.executable), train_args=("ok.py",))._run(stop) is None
+    assert "slurmgen: rank 1 ended its script, then exit status -6 in Python's exit after that: the task" \
+           " succeeded" in capsys.readouterr().out
+    with pytest.raises(task.TrainingFailed, match="exited with status -6"):
+        task.TrainTask(target=("exec", sys.executable), train_args=("bad.py",))._run(stop)
+
+
 def test_a_train_py_in_the_working_directory_does_not_shadow_the_entry_points(tmp_path):
     """The seed's user keeps their own train.py where they submit; the submit path's task process
     (started with `python -m`, so that directory leads sys.path) still imports slurmgen's train.*,

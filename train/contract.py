@@ -13,6 +13,11 @@ BEAT_FILE = "rank-{rank}"  # one per rank in the heartbeat folder: "RANK STEP TI
 NODE_BEATS_ENV = "SLURMGEN_NODE_BEATS"
 NODE_BEAT_FILE = "node-{node}"
 PUBLISH_SECONDS = 2.0
+# In the heartbeat folder: a rank whose user script reached its end (no unhandled exception, no non-zero
+# SystemExit) writes it at Python's exit, before C++ finalization, which can still abort the process (gloo's
+# threads: "terminate called without an active exception", SIGABRT) after the work is done.
+ENDED_FILE = "ended-{rank}"
+RANK_PROCESS_ENV = "SLURMGEN_RANK_PROCESS"  # the pid of the rank's own process: Pythons it starts do not mark
 STOPPABLE_FILE = "stoppable"  # in the heartbeat folder: the ranks' code takes the stop file (a Trainer)
 # Every rank writes its Python stacks on this signal (the hang watch's question): a real-time one, SIGRTMIN+5,
 # which no framework claims, where USR1 is Lightning's requeue and many codebases' own (a handler set

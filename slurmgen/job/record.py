@@ -8,6 +8,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurmgen.contract import ENDED_FILE
+
 # Why a run failed. Node-level failures exclude their node at once; the others after the second
 # failure on the same node (once may be the code, twice on one node is the node).
 CRASH, HANG, NODE, PREFLIGHT = "crash", "hang", "node", "preflight"
@@ -50,6 +52,9 @@ class JobFiles:
     @property
     def beats(self) -> Path:  # one heartbeat file per rank (train.heartbeat), renewed every run
         return self.folder / "beats"
+
+    def ended(self, rank: int) -> Path:  # rank's script reached its end well (train.script_end), this run
+        return self.beats / ENDED_FILE.format(rank=rank)
 
     @property
     def preflight(self) -> Path:  # every node's preflight report, this run

@@ -39,7 +39,7 @@ def no_failure(job: str, record, seen: policy.Seen, info, sleep):
     if not seen.uncreated or seen.gone or record.refusals >= IN_PLACE:
         return None
     record.refusals += 1
-    # "slurmgen: job " begins the log's next run (retry._last_run): the refusal is this run's alone
+    # "slurmgen: job " begins the log's next run (retry.last_run): the refusal is this run's alone
     say(f"slurmgen: job {job}: Slurm refused a step (its state, not the code's): starting the components again in"
         f" this allocation, no failure counted ({record.refusals} of at most {IN_PLACE})")
     sleep(IN_PLACE_PAUSE)

@@ -41,7 +41,7 @@ _REFUSED = re.compile(r"^srun: error: (?:Unable to create step for job|task \d+ 
 _LAUNCH_FAILED_ON = re.compile(r"^srun: error: Task launch for \S+ failed on node (?P<host>[^:\s]+): ", re.M)
 
 
-def _last_run(log: str) -> str:
+def last_run(log: str) -> str:
     start = log.rfind("slurmgen: job ")
     return log[start:] if start >= 0 else log
 
@@ -55,7 +55,7 @@ def crashed_node(log: str) -> str:
     --launcher srun, srun's first task that exited with another status than 1. Several nodes in the
     same second: none. The entry points' ranks that fail from a broken collective wait 8 s first
     (train.program.leave_after_the_culprit), so the node where it began is seen first."""
-    log = _last_run(log)
+    log = last_run(log)
     launch = {m["host"] for m in _LAUNCH_FAILED_ON.finditer(log)}
     if launch:  # a node that could not start its tasks: the failure began there
         return launch.pop() if len(launch) == 1 else ""
@@ -72,7 +72,7 @@ def crashed_node(log: str) -> str:
 
 def step_uncreated(log: str) -> bool:
     """Whether the controller refused to create a step of the last run ("Unable to create step for job")."""
-    return "srun: error: Unable to create step for job" in _last_run(log)
+    return "srun: error: Unable to create step for job" in last_run(log)
 
 
 def step_refused(log: str) -> bool:
@@ -81,4 +81,4 @@ def step_refused(log: str) -> bool:
     many before and after it) or a node could not start its tasks ("task N launch failed", once seen
     with 25.11, "Slurmd could not execve job"): Slurm's doing, not the code's, so worth a retry even
     before any rank began."""
-    return bool(_REFUSED.search(_last_run(log)))
+    return bool(_REFUSED.search(last_run(log)))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from slurmgen import contract
-from slurmgen.job import hangs, policy, requeue, slurm, steps
+from slurmgen.job import hangs, policy, requeue, script_end, slurm, steps
 from slurmgen.job.checks import NodeChecks, say
 from slurmgen.job.record import HANG, NODE, PREFLIGHT, SLOW, Failure, JobRecord
 from slurmgen.job.replace import STOP_SECONDS, Spares
@@ -214,8 +214,9 @@ class Runtime:
 
     def _end(self, status: int) -> Result:
         """The run is over (its steps have ended): requeue, wait for Slurm, restart, or end the job."""
-        if self.run.warned_at is None and not self._stopped_unwarned(status):  # a failure: a retry, or the end
-            return self._retry(self.run.why, self.run.suspect, status) if status else Result(State.FINISHED)
+        if self.run.warned_at is None and not self._stopped_unwarned(status):  # a failure (unless every script ended)
+            done = not status or script_end.finished_after_all(self.files, self.spec.world_size, self.slurm, self.job.id)
+            return Result(State.FINISHED) if done else self._retry(self.run.why, self.run.suspect, status)
         if self.run.leave_out and self.files.outcome_says()[0] != contract.FINISHED:  # stopped for a straggler
             return self._retry(SLOW, self.run.leave_out)
         how, step = self.files.outcome_says()
@@ -329,9 +330,8 @@ class Runtime:
                    self.clock, self.sleep)
 
     def _finish(self, result: Result) -> None:
-        self.run.state = result.state
         self.record.end_run(time.time(), result.state.value)
-        self._save()
+        self._enter(result.state)  # (never FAILING: no probe)
 
     def _enter(self, state: State) -> None:
         if state == State.FAILING and self.spares:  # asked now, read when the run has ended

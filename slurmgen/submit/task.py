@@ -317,10 +317,10 @@ class TrainTask:
         sys.argv = [name, *self.train_args]
         try:
             if kind == "exec":  # a program, not Python: its exit status is the outcome
-                import subprocess
+                from slurmgen.job.script_end import program_status  # 0 once its rank ended its script
 
                 try:
-                    status = subprocess.run([name, *self.train_args]).returncode
+                    status = program_status([name, *self.train_args], os.environ)
                 except OSError as err:
                     _one_line_excepthook()
                     raise TrainingFailed(f"--exec {name}: {err.strerror}") from None

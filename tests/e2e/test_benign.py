@@ -278,3 +278,60 @@ def test_a_term_to_the_steps_alone_is_no_finish_the_job_resumes(cluster, assets,
     assert progress_steps(tmp_path / "run") == list(range(1, steps + 1)), log[-6000:]
     record = json.loads((tmp_path / "logs" / f".slurmgen-{job_id}" / "state.json").read_text())
     assert record["failures"] == [] and record["excluded"] == [], record
+
+
+# A user's gloo loop that finishes its work and is then aborted after Python's exit on one rank, as
+# gloo's threads torn down in a C++ destructor do ("terminate called without an active exception",
+# SIGABRT; seen after Lightning's `Trainer.fit` ended): the abort is registered as a C++ destructor is
+# (__cxa_atexit), so it runs after every atexit handler. ABORT_RANK; FAIL_RANK raises after the work.
+ENDS_THEN_ABORTS = '''
+import ctypes, os, sys
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, out = dist.get_rank(), sys.argv[1]
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 6):
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if rank == 0:
+        with open(os.path.join(out, "steps"), "a") as f:
+            f.write(f"{step}\\n")
+print(f"rank {rank}: work done", flush=True)
+if str(rank) == os.environ["ABORT_RANK"]:
+    libc = ctypes.CDLL(None)
+    libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+if str(rank) == os.environ.get("FAIL_RANK"):
+    raise RuntimeError("saving the model failed")
+'''
+
+
+@pytest.mark.timeout(400)
+def test_a_script_that_finished_and_then_aborted_in_pythons_exit_is_finished_not_retried(cluster, tmp_path):
+    """Issue 41's exit abort: rank 0 of a finished plain script dies with SIGABRT after Python's exit;
+    every rank had ended its script (the rank hooks' marks), so the job is COMPLETED in one run, no failure
+    counted, nothing requeued. The twin, whose rank 1 raised after its work before the same abort, has
+    no mark from rank 1: a failure (with --max-failures 0, the job fails rather than requeueing)."""
+    production(cluster)
+    jobs = []
+    for name, nodes, env in (("ended", "node1,node2", []), ("raised", "node3,node4", ["--env", "FAIL_RANK=1"])):
+        workdir = tmp_path / name
+        (workdir / "out").mkdir(parents=True)
+        (workdir / "loop.py").write_text(ENDS_THEN_ABORTS)
+        args = ["--nodes", "2", "--gpus", "1,1", "--nodelist", nodes, "--script", str(workdir / "loop.py"),
+                "--env", "ABORT_RANK=0", *env, "--max-failures", "0", "--job-name", name]
+        jobs.append((render_and_submit(workdir, args, [str(workdir / "out")], wait=False), workdir))
+    ended, raised = [JobRun(job_id, slurm_helpers.wait_job(job_id, timeout=300), workdir) for job_id, workdir in jobs]
+    log = ended.log
+    assert ended.state == "COMPLETED" and ended.info["Restarts"] == "0", log[-6000:]
+    assert "slurmgen: every rank ended its script; rank 0 was ended by SIGABRT in Python's exit after that" in log, \
+        log[-6000:]
+    assert (ended.workdir / "out" / "steps").read_text().split() == ["1", "2", "3", "4", "5"]
+    record = json.loads((ended.workdir / "logs" / f".slurmgen-{ended.job_id}" / "state.json").read_text())
+    assert record["failures"] == [] and record["restarts"] == 0 and record["state"] == "finished", record
+    assert raised.state == "FAILED" and "every rank ended its script" not in raised.log, raised.log[-6000:]
+    assert "no retry left (--max-failures 0)" in raised.log, raised.log[-6000:]

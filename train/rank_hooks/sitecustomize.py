@@ -5,7 +5,8 @@ It imports neither torch nor anything of the user's: it waits until the script i
 optimizers, transformers' or Lightning's Trainer and hooks them then (train.script_hooks says what they do).
 slurmgen's `train` package is imported under its own name only while a hook runs and is taken out
 of sys.modules again, so a user's own `train` module stays theirs. A sitecustomize the site or the
-user already had runs after this one, as if this one were not there.
+user already had runs after this one, as if this one were not there. At exit a rank whose script
+ended well leaves a mark (train.script_end), so an abort in Python's teardown after it is no failure.
 """
 
 import importlib
@@ -125,7 +126,17 @@ def _chain():
               file=sys.stderr)
 
 
+def _mark_the_end():
+    """The script's own end, marked at exit (train.script_end): only here, where the script is this
+    process's __main__ (the submit path runs its scripts in-process and judges them itself)."""
+    try:
+        ours("script_end").install()
+    except Exception as exc:
+        _warn("the end mark", exc)
+
+
 if __name__ == "sitecustomize":
     if "RANK" in os.environ:  # a rank: torchrun's agent, preflight and the user's tools need nothing
         install()
+        _mark_the_end()
     _chain()
