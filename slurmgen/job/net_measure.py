@@ -34,6 +34,11 @@ device = torch.device("cuda", 0) if cuda else torch.device("cpu")
 if cuda:
     torch.cuda.set_device(device)
 address = "tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+# gloo connects a pair of nodes when they first talk, not every node to every other at the start: the
+# check talks to its ring neighbours and a barrier's few (log2 of the nodes), where a full mesh at 128
+# nodes is 127 connections per node and timed out (issue 41; bench/net_check_scale.py). A torch that
+# does not know the variable connects the full mesh, and the check's budget still bounds it.
+os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
 dist.init_process_group("nccl" if cuda else "gloo", init_method=address, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 # The ring over gloo (TCP on the interface gloo takes), whatever the job's backend: a transfer must be
