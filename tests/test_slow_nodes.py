@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -62,6 +63,22 @@ def test_the_measurement_runs_as_the_nodes_run_it_and_judges_a_healthy_loopback(
     assert [size for size, _ in reports[0]["all_reduce_ms"]][:2] == [4096, 262144]
     found = net_check.verdict(reports, 3, 0.1, 0, 3.0)
     assert found.slow == [] and len(found.figures) == 3, found.lines
+    assert re.fullmatch(r"  measured over: ring gloo, TCP on \S+; all-reduce gloo, TCP on \S+", found.lines[5]), found.lines
+
+
+def test_the_check_names_nccls_transport_and_says_when_it_is_not_the_fabric():
+    """On a GPU node the all-reduce ladder runs over NCCL, whose own log names its network (IB, or its
+    TCP sockets when it does not see the fabric): the verdict says which, and what Socket means."""
+    reports = ring({"a": 1.6, "b": 1.5, "c": 1.4})
+    for report in reports:
+        report["transport"] = {"ring": "gloo, TCP on ib0", "all_reduce": "nccl, network IB (NET/IB/0)"}
+    assert "  measured over: ring gloo, TCP on ib0; all-reduce nccl, network IB (NET/IB/0)" in \
+        net_check.verdict(reports, 3, 0.5, 0, 5.0).lines
+    for report in reports:
+        report["transport"]["all_reduce"] = "nccl, network Socket (NET/Socket/0)"
+    assert ("  measured over: ring gloo, TCP on ib0; all-reduce nccl, network Socket (NET/Socket/0) (NCCL's TCP"
+            " sockets: on an InfiniBand site, NCCL does not see the fabric here)") in \
+        net_check.verdict(reports, 3, 0.5, 0, 5.0).lines
 
 
 def test_a_healthy_spread_and_two_nodes_raise_no_alarm():

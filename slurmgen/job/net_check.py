@@ -70,6 +70,7 @@ def verdict(reports: list[dict], nodes: int, ratio: float, floor_gbps: float, to
     rows = [("node", "rank", "send GB/s", "receive GB/s", "latency ms")]
     rows += [(f.host, str(f.rank), f"{f.send_gbps:.2f}", f"{f.receive_gbps:.2f}", f"{f.latency_ms:.2f}") for f in found]
     lines += preflight.table(rows)
+    lines += _transport(min(reports, key=lambda r: r["rank"]))
     ladder = min(reports, key=lambda r: r["rank"]).get("all_reduce_ms", []) if reports else []
     if ladder:
         lines.append("  all-reduce: " + ", ".join(f"{_size(b)} {ms:.1f} ms" for b, ms in ladder)
@@ -104,6 +105,18 @@ def judge(found: list[NodeFigures], ratio: float, floor_gbps: float, lines: list
     for host, (_, text) in sorted(why.items(), key=lambda kv: kv[1][0]):
         lines.append(f"slurmgen: slow link: {host}: {text}")
     return sorted(why, key=lambda h: why[h][0])
+
+
+def _transport(report: dict) -> list[str]:
+    """What was measured, as the first node saw it: on an InfiniBand site, whether NCCL took the fabric
+    (the ring is timed over gloo's TCP whatever the backend: see net_measure.py)."""
+    transport = report.get("transport")
+    if not transport:
+        return []
+    line = f"  measured over: ring {transport['ring']}; all-reduce {transport['all_reduce']}"
+    if "network Socket" in transport["all_reduce"]:
+        line += " (NCCL's TCP sockets: on an InfiniBand site, NCCL does not see the fabric here)"
+    return [line]
 
 
 def _size(size: int) -> str:

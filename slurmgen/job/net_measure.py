@@ -14,6 +14,7 @@ Standard library and torch only: the image may lack slurmgen."""
 import datetime
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -39,6 +40,11 @@ address = "tcp://%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
 # nodes is 127 connections per node and timed out (issue 41; bench/net_check_scale.py). A torch that
 # does not know the variable connects the full mesh, and the check's budget still bounds it.
 os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+# Which transport NCCL took (InfiniBand, its TCP sockets, ...), from its own log: the check names what it
+# measured. This process's settings only: the training's NCCL_DEBUG is the user's.
+NCCL_LOG = "/tmp/slurmgen-netcheck-nccl-%d.log" % os.getpid()
+if cuda:
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=NCCL_LOG)
 dist.init_process_group("nccl" if cuda else "gloo", init_method=address, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 # The ring over gloo (TCP on the interface gloo takes), whatever the job's backend: a transfer must be
@@ -112,6 +118,30 @@ def ladder():
     return out
 
 
+def ring_transport():
+    """The ring's: gloo over TCP, on the interface the job gives it (GLOO_SOCKET_IFNAME), else the host
+    name's address, which is what gloo takes."""
+    try:
+        where = os.environ.get("GLOO_SOCKET_IFNAME") or socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "TCP"
+    return "TCP on " + where
+
+
+def nccl_transport():
+    """NCCL's network as its log names it ("IB", "Socket", a plugin's name), and how its channels went."""
+    try:
+        with open(NCCL_LOG) as log:
+            text = log.read()
+        os.unlink(NCCL_LOG)
+    except OSError:
+        return "not named (no NCCL log)"
+    network = re.search(r"NCCL INFO Using network (.+)", text)
+    via = sorted(set(re.findall(r" via (\S+)", text)))
+    return ("network " + network.group(1).strip() if network else "network not named") + \
+        (" (" + ", ".join(via) + ")" if via else "")
+
+
 began = time.perf_counter()
 following, before = (rank + 1) % world, (rank - 1) % world
 report = {"host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "rank": rank,
@@ -120,6 +150,8 @@ if world > 1:
     report["from_before"] = link(following, before)  # before -> this node
     report["from_following"] = link(before, following)  # following -> this node
 report["all_reduce_ms"] = ladder()
+report["transport"] = {"ring": "gloo, " + ring_transport(),
+                       "all_reduce": "nccl, " + nccl_transport() if cuda else "gloo, " + ring_transport()}
 report["seconds"] = round(time.perf_counter() - began, 2)
 dist.destroy_process_group()
 sys.stdout.write("SLURMGEN_NETCHECK " + json.dumps(report) + "\n")  # one write: every node appends to one file
