@@ -21,8 +21,7 @@ from typing import Optional
 import click
 
 from slurmgen.errors import INTERRUPTED, fail
-from slurmgen.help_sections import section
-from slurmgen.options import OneLineCommand, job_options, spec_from_options
+from slurmgen.options import OneLineCommand, job_options, section, spec_from_options
 from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
