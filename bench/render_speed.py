@@ -1,8 +1,12 @@
 """`slurmgen render` whole-process time against `torchx run --dryrun -s slurm dist.ddp -j 4x2`.
 
 Alternates the two commands in one run (the machine is noisy) and prints medians and their
-ratio (target: slurmgen <= 0.35x torchx), whole-process `slurmgen --help` against plain Python
-(target: under 0.1 s), then the size and render time of a 1024-node job.
+ratio (target: slurmgen <= 0.35x torchx), and the part of it no slurmgen code can cut: Python's
+start and the imports of click and jinja2 (alternated as well); whole-process `slurmgen --help`
+against plain Python (target: under 0.1 s), then the size and render time of a 1024-node job.
+The commands run with their bytecode caches written, as an installed package has them: a
+PYTHONDONTWRITEBYTECODE in the environment would make every slurmgen run compile its modules
+again (~35 ms) while torchx's venv has its caches.
 torchx 0.7.0 lives in its own venv (.bench-venv) so the project never depends on it.
 
     python bench/render_speed.py [--runs 10]
@@ -29,10 +33,20 @@ def ensure_torchx() -> Path:
     return torchx
 
 
-def timed(cmd, cwd) -> float:
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+# slurmgen from this checkout, whichever checkout the venv's editable install points at
+OURS_ENV = {**ENV, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), ENV.get("PYTHONPATH")) if p)}
+
+
+def timed(cmd, cwd, env=ENV) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - start
+
+
+# What any click command that renders with Jinja pays (cumulative): Python's start, then click's
+# import, then jinja2's.
+FLOOR = [("python", "pass"), ("+ click", "import click"), ("+ jinja2", "import click, jinja2")]
 
 
 def main():
@@ -45,18 +59,23 @@ def main():
         ours = [str(BIN / "slurmgen"), "render", "--nodes", "4", "--gpus", "1,1,2,2", "-o", "job.sh"]
         theirs = [str(torchx), "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "4x2",
                   "--script", "train.py"]
-        timed(ours, work), timed(theirs, work)  # warm the page cache for both
-        a, b = [], []
+        timed(ours, work, OURS_ENV), timed(theirs, work)  # warm the page cache for both, write the caches
+        a, b, floor = [], [], {name: [] for name, _ in FLOOR}
         for _ in range(args.runs):
-            a.append(timed(ours, work))
+            a.append(timed(ours, work, OURS_ENV))
             b.append(timed(theirs, work))
+            for name, code in FLOOR:
+                floor[name].append(timed([str(BIN / "python"), "-c", code], work))
         ma, mb = statistics.median(a), statistics.median(b)
+        mf = {name: statistics.median(times) for name, times in floor.items()}
         print(f"slurmgen render 1,1,2,2:            median {ma * 1000:7.1f} ms over {args.runs} runs")
         print(f"torchx dryrun dist.ddp -j 4x2:      median {mb * 1000:7.1f} ms over {args.runs} runs")
         print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.35)")
+        print("before any slurmgen code:           " + ", ".join(f"{name} {t * 1000:.1f} ms" for name, t in mf.items())
+              + f": {mf['+ jinja2'] / mb:.2f} of torchx")
         helps, bare = [], []
         for _ in range(args.runs):
-            helps.append(timed([str(BIN / "slurmgen"), "--help"], work))
+            helps.append(timed([str(BIN / "slurmgen"), "--help"], work, OURS_ENV))
             bare.append(timed([sys.executable, "-c", "pass"], work))
         mh, mp = statistics.median(helps), statistics.median(bare)
         print(f"slurmgen --help:                    median {mh * 1000:7.1f} ms (target < 100), plain python"

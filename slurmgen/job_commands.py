@@ -8,9 +8,9 @@ import shlex
 import sys
 
 import click
-import cloup
 
 from slurmgen.errors import fail
+from slurmgen.help_sections import section
 from slurmgen.options import OneLineCommand, describe_settings, job_options, spec_from_options
 from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
@@ -31,7 +31,7 @@ def invoked_command(params: dict, output: str = "-") -> str:
 
 
 @click.command("render", cls=OneLineCommand)
-@cloup.option_group(
+@section(
     "Script",
     click.option("-o", "--output", default="generated.sh", show_default=True,
                  help="Where to write the script; - for stdout."),
@@ -224,7 +224,7 @@ def check_command(**params):
 
 
 @click.command("fit", cls=OneLineCommand)
-@cloup.option_group("Fit", click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON."))
+@section("Fit", click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON."))
 @job_options(FIT)
 def fit_command(as_json, **params):
     """\b

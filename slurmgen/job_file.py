@@ -8,15 +8,10 @@ same names."""
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11 (setup.cfg installs tomli there)
-    import tomli as tomllib
-
 from slurmgen.plan.option_fields import SUBMIT
+from slurmgen.plan.profiles import toml_parser
 from slurmgen.plan.words import SpecError
 
 ARGS = "args"  # the training arguments: the key, and the Job keyword
@@ -47,6 +42,8 @@ def _refuse(where: str, key: str, value, allowed: str) -> SpecError:
 
 
 def _unknown(entries, where: str, key: str, value) -> SpecError:
+    import difflib  # a refusal's hint only
+
     names = [e.option.name.replace("_", "-") for e in entries] + [ARGS]
     close = difflib.get_close_matches(key.replace("_", "-"), names, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -146,6 +143,7 @@ def read(entries, path: str) -> dict:
         raise SpecError(f"-f {path!r}: {err.strerror or err}") from None
     except (UnicodeDecodeError, ValueError):
         raise SpecError(f"-f {path!r}: not a text file (a job file is TOML)") from None
+    tomllib = toml_parser()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 import click
-import cloup
 
 from slurmgen.errors import OneLineErrors
+from slurmgen.help_sections import SectionedCommand, section
 from slurmgen.plan import sweep
 from slurmgen.plan.option_fields import (CHECK, EVERY, FIT, LAUNCH, LAYOUT, RENDER, SECTIONS, SITE, SUBMIT, JobOption,
                                          declared, nested, option)
@@ -23,7 +23,7 @@ from slurmgen.plan.words import SpecError, parse_env, parse_gpus, parse_port_ran
 from slurmgen.site import auto_request
 
 
-class OneLineCommand(OneLineErrors, cloup.Command):
+class OneLineCommand(OneLineErrors, SectionedCommand):
     """A command whose bad input is one line and exit status 2; its options in --help sections."""
 
     def unknown_option(self, err: click.NoSuchOption) -> str:
@@ -191,7 +191,7 @@ def job_options(command: str):
             if title == SITE:
                 options += [_file_option(), _profile_option()]
             if options:
-                func = cloup.option_group(title, *options)(func)
+                func = section(title, *options)(func)
         return func
     return decorate
 

@@ -1,28 +1,28 @@
 """mkdocs hook: the CLI reference keeps each command's --help sections (Layout, Resources, ...).
 
-mkdocs-click prints a command's options with click's own formatter, which knows nothing of cloup's
-option groups, so every option lands in one block. For a command with option groups this prints
-them as `--help` does, one titled block per section; other commands keep mkdocs-click's output.
+mkdocs-click prints a command's options with click's own formatter, which knows nothing of the
+sections (slurmgen.help_sections), so every option lands in one block. For a command with sections
+this prints them as `--help` does, one titled block per section; other commands keep mkdocs-click's
+output.
 Offline and build-time only: the page is still generated from the click commands."""
 
 from __future__ import annotations
 
 import re
 
-import cloup
 from mkdocs_click import _docs
+
+from slurmgen.help_sections import SectionedCommand, params_help
 
 _plain_options = _docs._make_options
 
 
 def _sectioned_options(ctx, style="plain", show_hidden=False):
     """The option sections of ctx.command as `--help` prints them: a bold title, then a text block."""
-    if style != "plain" or not isinstance(ctx.command, cloup.Command) or not ctx.command.option_groups:
+    if style != "plain" or not isinstance(ctx.command, SectionedCommand):
         yield from _plain_options(ctx, style, show_hidden=show_hidden)
         return
-    formatter = ctx.make_formatter()
-    ctx.command.format_params(ctx, formatter)
-    sections = re.split(r"^(\S[^\n]*):\n", formatter.getvalue(), flags=re.M)[1:]  # title, body, title, ...
+    sections = re.split(r"^(\S[^\n]*):\n", params_help(ctx.command, ctx), flags=re.M)[1:]  # title, body, ...
     for title, body in zip(sections[::2], sections[1::2]):
         yield f"**{title}:**"
         yield ""

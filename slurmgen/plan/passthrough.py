@@ -6,7 +6,6 @@ pass-through can never contradict the layout, the log or the requeue logic it de
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from slurmgen.plan.sbatch_options import ANY_RELEASE, BY_RELEASE, parse_release, release_name
@@ -102,6 +101,8 @@ def check_sbatch(item: str, release=None) -> None:
         raise SpecError(f"--sbatch {item!r}: not an option slurmgen can pass on ({SBATCH_NOT_JOB[name]})")
     known, source = sbatch_known(release)
     if name not in known:
+        import difflib  # a refusal's hint only
+
         close = difflib.get_close_matches(name, sorted(known), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise SpecError(f"--sbatch {item!r}: {source} has no option --{name}{hint}")

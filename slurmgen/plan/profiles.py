@@ -16,11 +16,6 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
-
 from slurmgen.plan.words import SpecError
 
 FILE_NAME = "slurmgen.toml"
@@ -71,6 +66,15 @@ def _as_option_value(name: str, value, multiple: bool):
     return value
 
 
+def toml_parser():
+    """The TOML parser, imported only where a file is read: every render looks for a profile."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11 (setup.cfg installs tomli there)
+        import tomli as tomllib
+    return tomllib
+
+
 def load(name: Optional[str], params: dict, path: Optional[Path] = None) -> tuple[dict, Optional[Path]]:
     """Return (click default_map, file) for profile NAME (or [default]); params: option name -> multiple."""
     path = path or profile_file()
@@ -80,6 +84,7 @@ def load(name: Optional[str], params: dict, path: Optional[Path] = None) -> tupl
         return {}, None
     check_trusted(path)
     text = path.read_text()
+    tomllib = toml_parser()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -19,10 +19,9 @@ import sys
 from typing import Optional
 
 import click
-import cloup
 
 from slurmgen.errors import INTERRUPTED, fail
-from slurmgen.options import OneLineCommand, job_options, spec_from_options
+from slurmgen.options import OneLineCommand, job_options, section, spec_from_options
 from slurmgen.plan.option_fields import RENDER, SUBMIT
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
@@ -185,7 +184,7 @@ def interrupted(sub) -> int:
     return INTERRUPTED
 
 
-SUBMIT_OPTIONS = cloup.option_group(
+SUBMIT_OPTIONS = section(
     "Submit",
     click.option("--folder", default=None, type=click.Path(file_okay=False),
                  help="submitit folder: job pickles and per-task logs  [default: LOG_DIR/submitit]"),
