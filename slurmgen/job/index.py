@@ -6,6 +6,7 @@ runtime writes it when a rendered job starts, the submit path when it submits; `
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -48,15 +49,18 @@ def path(cluster: str, job_id: str) -> Path:
 def cluster_name() -> str:
     """This cluster's name: the job's SLURM_CLUSTER_NAME, else scontrol's ClusterName ("slurm" when
     neither says: one cluster's entries stay together)."""
-    name = os.environ.get("SLURM_CLUSTER_NAME", "")
-    if not name:
-        try:
-            out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        name = next((line.split("=", 1)[1].strip() for line in out.splitlines()
-                     if line.split("=", 1)[0].strip() == "ClusterName"), "")
-    return name or "slurm"
+    return os.environ.get("SLURM_CLUSTER_NAME", "") or _configured_name() or "slurm"
+
+
+@functools.lru_cache(maxsize=1)
+def _configured_name() -> str:
+    """scontrol's ClusterName, asked once a process (`slurmgen status A B C` looks up three jobs)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return next((line.split("=", 1)[1].strip() for line in out.splitlines()
+                 if line.split("=", 1)[0].strip() == "ClusterName"), "")
 
 
 def write(entry: Entry) -> Optional[Path]:
