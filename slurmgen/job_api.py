@@ -88,6 +88,7 @@ class Job:
 
         path = str(path)
         text, copy = self._script(path)  # refused before anything is made
+        self._prefetch()
         made = self._make_log_dir()  # Slurm opens the log before the job starts
         self._copy(copy, made)
         try:
@@ -100,6 +101,20 @@ class Job:
             undo(made, self.spec.log_dir)
             raise JobError(f"-o {path!r}: cannot write it: {err.strerror or err}") from None
         return Path(path)
+
+    def _prefetch(self) -> None:
+        """With offline=True, the Hub's models and datasets fetched here now, as render fetches them:
+        the nodes will not reach the Hub."""
+        if not self.spec.offline:
+            return
+        import sys
+
+        from slurmgen.site.prefetch import PrefetchError, prefetch
+
+        try:
+            prefetch(self.spec, log=lambda line: print(f"slurmgen: {line}", file=sys.stderr))
+        except PrefetchError as err:
+            raise JobError(str(err)) from None
 
     def _make_log_dir(self) -> str:
         """The log directory; returns the outermost directory made now ("" if it was there), for undo."""
@@ -120,22 +135,16 @@ class Job:
 
     def _script(self, output: str):
         """The script's text for -o output, and the code snapshot it runs (None: none)."""
-        from slurmgen.plan.layout import materialize
+        from slurmgen import render_steps
         from slurmgen.script.render import needs_submitter, render
         from slurmgen.settings_text import command_line
-        from slurmgen.site import vet
 
-        from slurmgen.snapshot import take
-
-        spec, copy = _checked(lambda: take(self.spec, output))
-        plan = materialize(spec)
+        _, copy, plan, vetting = _checked(lambda: render_steps.prepare(self.spec, output))
         if needs_submitter(plan):
             raise JobError("a sweep of heterogeneous jobs or --prep is several scripts and the one that submits"
                            " them: write its job file (Job.config()) and use slurmgen render -f FILE -o FILE")
         text = render(plan, command=command_line(ENTRIES, self._params, output))
-        vetting = vet.start(self.spec)  # what render refuses before anything is written
-        notes = _checked(lambda: vetting.judge([text]))
-        for line in ([f"warning: {vetting.no_model}"] if vetting.no_model else []) + notes:
+        for line in _checked(lambda: render_steps.notes(vetting, plan, [text])):  # what render refuses or says
             warnings.warn(f"slurmgen: {line}", stacklevel=3)
         return text, copy
 

@@ -9,15 +9,16 @@ import sys
 
 import click
 
+from slurmgen import render_steps
 from slurmgen.errors import fail
 from slurmgen.help_sections import section
 from slurmgen.options import OneLineCommand, describe_settings, job_options, spec_from_options
 from slurmgen.site import vet
 from slurmgen.site.auto_request import auto_alternatives
 from slurmgen.plan.layout import materialize, summary
+from slurmgen.render_steps import node_gpus
 from slurmgen.plan.option_fields import CHECK, FIT, RENDER
 from slurmgen.plan.words import SpecError, train_arg
-from slurmgen.snapshot import take as take_snapshot
 from slurmgen.writing import check_output_path, sibling_path, write_files
 
 
@@ -52,23 +53,17 @@ def render_command(ctx, output, show_config, check_first, **params):
         return
     try:
         check_output_path(output)
-        spec = spec_from_options(params)
-        vetting = vet.start(spec, parse_args=check_first)  # the training arguments' parser: --check only
-        spec, snapshot = take_snapshot(spec, output)  # measured now, copied with the script (write_files)
+        spec, snapshot, plan, vetting = render_steps.prepare(spec_from_options(params), output, check_first)
     except SpecError as err:
         fail(str(err))
-    plan = materialize(spec)
     to_stdout = output == "-"
     files = _render_files(plan, output, params)
-    notes = judge(vetting, list(files.values()))
-    if vetting.no_model and not check_first:  # --check fails with it instead
-        notes.insert(0, f"warning: {vetting.no_model}")
+    try:
+        notes = render_steps.notes(vetting, plan, list(files.values()), check_first)
+    except SpecError as err:
+        fail(str(err))
     if check_first and not run_check(plan, err=to_stdout, alternatives=_alternatives(params, spec), vetting=vetting):
         sys.exit(1)
-    if spec.script and not check_first:  # --check reads the whole script
-        from slurmgen.site.user_script import layout_limits
-
-        notes += [f"warning: {line}" for line in layout_limits(spec.script, node_gpus(plan))]
     if spec.offline:
         from slurmgen.site.prefetch import PrefetchError, prefetch
 
@@ -179,11 +174,6 @@ def _fit_check(spec, verdict):
     verdict.add([fit_text.verdict_line(result)], "" if result.chosen.fits else
                 "the layout can run, but the model does not fit it with these training arguments")
     return verdict
-
-
-def node_gpus(plan) -> tuple[int, ...]:
-    """The job's GPUs per node, in node-rank order (1,1,2,2)."""
-    return tuple(len(ranks) for _, ranks in plan.node_ranks())
 
 
 def _read_script(script: str, verdict, cpu_only: bool, resume_auto: bool = False, gpus: tuple[int, ...] = ()):

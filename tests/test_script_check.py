@@ -154,3 +154,20 @@ def test_render_names_a_lightning_trainer_that_uneven_nodes_would_stop(tmp_path,
                          " every node, and these nodes have 1,1,2,2 GPUs: every rank would stop at start (devices x"
                          " num_nodes is not the world size, 6); pass strategy=UnevenDDPStrategy() (from"
                          " train.lightning import UnevenDDPStrategy)"] if named else []), result.stderr
+
+
+def test_a_job_from_python_warns_of_the_same_lightning_trainer(tmp_path):
+    """slurmgen.Job takes render's steps (slurmgen.render_steps): the same warning, as a Python warning."""
+    import warnings
+
+    from slurmgen import Job
+
+    script = tmp_path / "fit_model.py"
+    script.write_text(LIGHTNING_SCRIPT)
+    job = Job(nodes=4, gpus="1,1,2,2", script=str(script), log_dir=str(tmp_path / "logs"), snapshot=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        job.write(tmp_path / "job.sh")
+    said = [str(w.message) for w in caught if str(w.message).startswith("slurmgen: warning: ")]
+    assert len(said) == 1 and said[0].startswith(
+        f"slurmgen: warning: {script}:3: L.Trainer(...): Lightning assumes the same number of devices on every node"), said
