@@ -3,8 +3,9 @@ values, setup lines' arguments, paths, log names, pass-through sbatch, srun and 
 arguments, the program and training arguments give scripts that pass `bash -n` and shellcheck,
 and, run with recording stand-ins, every value arrives byte for byte.
 
-shellcheck takes most of the time per script (30 ms of an example's 50 of CPU); it lints the drawn scripts in batches (one process
-for LINT_BATCH scripts) once every example has run, and a finding names the example's values."""
+shellcheck takes most of the time per script (30 ms of an example's 50 of CPU); it lints the
+drawn scripts in batches (one process for LINT_BATCH scripts) once every example has run, and a
+finding names the example's values."""
 import os
 import shlex
 import shutil
