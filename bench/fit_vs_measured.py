@@ -167,33 +167,28 @@ def compare(measured: dict, fit: dict) -> list[tuple]:
 
 def run(models: list[str], quick: bool, work: Path, say=print, only: str = "") -> list[dict]:
     paths = build(work, models)
-    results = []
     measurer = Measurer(work)
     try:
-        measure_all(models, quick, work, say, only, paths, measurer, results)
+        return [measured_case(name, case, paths, work, measurer, say) for name in models for case in CASES
+                if (case.quick or not quick) and only in case.name]
     finally:
         measurer.close()
-    return results
 
 
-def measure_all(models, quick, work, say, only, paths, measurer, results) -> None:
-    for name in models:
-        spec = MODELS[name]
-        for case in CASES:
-            if (quick and not case.quick) or only not in case.name:
-                continue
-            seq = spec["seq"][1 if case.long else 0]
-            label = f"{name} {case.name}, {seq} tokens x {spec['batch']}"
-            out = work / "runs" / label.replace(" ", "_").replace(",", "").replace("+", "plus")
-            args = sft_args(paths[name], paths["data"], out, seq, spec["batch"], case)
-            measured = measurer.measure(case, args, out)
-            rows = compare(measured, predicted(paths[name], args, case.ranks))
-            results.append({"case": label, "rows": rows, "rss_peak": measured["rss_peak"]})
-            say(f"\n{label} ({case.ranks} rank{'s' if case.ranks > 1 else ''}): {' '.join(case.args)}")
-            for key, m, f, ratio in rows:
-                mark = "" if abs(ratio - 1) <= TOLERANCE else "  <-- off by more than 15%"
-                say(f"  {key:<10} measured {m / MIB:10.2f} MiB   fit {f / MIB:10.2f} MiB   fit/measured {ratio:5.2f}{mark}")
-            say(f"  {'rss peak':<10} measured {measured['rss_peak'] / MIB:10.2f} MiB above the floor (glibc and Python too)")
+def measured_case(name: str, case: Case, paths: dict, work: Path, measurer: Measurer, say) -> dict:
+    spec = MODELS[name]
+    seq = spec["seq"][1 if case.long else 0]
+    label = f"{name} {case.name}, {seq} tokens x {spec['batch']}"
+    out = work / "runs" / label.replace(" ", "_").replace(",", "").replace("+", "plus")
+    args = sft_args(paths[name], paths["data"], out, seq, spec["batch"], case)
+    measured = measurer.measure(case, args, out)
+    rows = compare(measured, predicted(paths[name], args, case.ranks))
+    say(f"\n{label} ({case.ranks} rank{'s' if case.ranks > 1 else ''}): {' '.join(case.args)}")
+    for key, m, f, ratio in rows:
+        mark = "" if abs(ratio - 1) <= TOLERANCE else "  <-- off by more than 15%"
+        say(f"  {key:<10} measured {m / MIB:10.2f} MiB   fit {f / MIB:10.2f} MiB   fit/measured {ratio:5.2f}{mark}")
+    say(f"  {'rss peak':<10} measured {measured['rss_peak'] / MIB:10.2f} MiB above the floor (glibc and Python too)")
+    return {"case": label, "rows": rows, "rss_peak": measured["rss_peak"]}
 
 
 def markdown(results: list[dict]) -> str:
