@@ -1,7 +1,8 @@
 """One rank's measured memory, by component, over one training step of train.sft (a worker of
-bench/fit_vs_measured.py; run it under torchrun for several ranks).
+bench/fit_vs_measured.py; run it under torchrun for several ranks, or --serve).
 
     python bench/fit_measure.py OUT_DIR -- [train.sft arguments, with --max_steps 2]
+    python bench/fit_measure.py --serve    # many runs, each rank forked (bench/fit_serve.py)
 
 torch keeps allocator statistics for CUDA only, so on CPU this counts what is live itself: a
 dispatch hook sees every tensor an operation creates, keeps a weak reference to its storage,
@@ -17,8 +18,8 @@ optimizer's state) it writes OUT_DIR/rank<N>.json:
               FSDP units, their unsharded gradients, temporaries
   peak        the peak of everything counted, over the step
   rss_peak    the process's peak resident set over the step, above its floor before the model
-              was loaded (glibc must map large blocks, MALLOC_MMAP_THRESHOLD_, for this to drop
-              when tensors are freed)
+              was loaded (with --serve: after the training stack was imported; glibc must map
+              large blocks, MALLOC_MMAP_THRESHOLD_, for this to drop when tensors are freed)
 """
 
 from __future__ import annotations
@@ -211,13 +212,8 @@ def with_gpu_precision(sharded_on_cpus):
     return wrap
 
 
-def main() -> None:
-    argv = sys.argv[1:]
-    out_dir = Path(argv[0])
-    sft_args = argv[argv.index("--") + 1:]
-    import importlib
-
-    importlib.import_module("torch")  # torch's libraries are part of the floor
+def measure_rank(out_dir: Path, sft_args: list[str]) -> None:
+    """This process's rank of one run, measured (torch imported: its libraries are the floor)."""
     floor = rss_kib("VmRSS")
     from torch.distributed.fsdp import CPUOffloadPolicy
 
@@ -239,6 +235,18 @@ def main() -> None:
     hf.train_and_finish = measured
     hf.sharded_on_cpus = with_gpu_precision(hf.sharded_on_cpus)
     sft.main(sft_args)
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        from fit_serve import serve
+
+        serve(measure_rank)
+    argv = sys.argv[1:]
+    import importlib
+
+    importlib.import_module("torch")  # torch's libraries are part of the floor
+    measure_rank(Path(argv[0]), argv[argv.index("--") + 1:])
     os._exit(0)  # as train.program.exit_after: gloo's threads may abort a finalizing interpreter
 
 

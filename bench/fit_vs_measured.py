@@ -102,24 +102,33 @@ def sft_args(model: Path, data: Path, out: Path, seq: int, batch: int, case: Cas
             *case.args]
 
 
-def measure(case: Case, args: list[str], out: Path) -> dict:
-    """The worker's figures, the largest over the ranks."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(out.parent / "cache"),
-               PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", MALLOC_MMAP_THRESHOLD_="131072")
-    worker = str(REPO / "bench" / "fit_measure.py")
-    launch = ([sys.executable, worker] if case.ranks == 1 else
-              [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.ranks),
-               worker])
-    out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([*launch, str(out), "--", *args], cwd=REPO, env=env, capture_output=True, text=True)
-    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-    if done.returncode != 0 or len(ranks) != case.ranks:
-        raise RuntimeError(f"{case.name}: the run failed:\n{done.stdout[-1500:]}{done.stderr[-3000:]}")
-    merged = {key: max(r[key] for r in ranks) for key in ranks[0] if key != "rank"}
-    merged["buckets"] = merged.pop("resident")
-    return merged
+class Measurer:
+    """bench/fit_measure.py --serve: one process imports the training stack once and forks each
+    run's ranks (bench/fit_serve.py); a run is its figures, the largest over the ranks."""
+
+    def __init__(self, work: Path):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(work / "runs" / "cache"),
+                   PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false", MALLOC_MMAP_THRESHOLD_="131072")
+        self.server = subprocess.Popen([sys.executable, str(REPO / "bench" / "fit_measure.py"), "--serve"], cwd=REPO,
+                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def measure(self, case: Case, args: list[str], out: Path) -> dict:
+        self.server.stdin.write(json.dumps({"out": str(out), "ranks": case.ranks, "args": args}) + "\n")
+        self.server.stdin.flush()
+        answer = self.server.stdout.readline().split()
+        ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+        if answer[:1] != ["done"] or any(s != "0" for s in answer[1:]) or len(ranks) != case.ranks:
+            logs = "".join(p.read_text()[-3000:] for p in sorted(out.glob("rank*.log")))
+            raise RuntimeError(f"{case.name}: the run failed (exit statuses {answer[1:] or 'none'}):\n{logs}")
+        merged = {key: max(r[key] for r in ranks) for key in ranks[0] if key != "rank"}
+        merged["buckets"] = merged.pop("resident")
+        return merged
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait()
 
 
 def predicted(model: Path, args: list[str], ranks: int) -> dict:
@@ -158,25 +167,28 @@ def compare(measured: dict, fit: dict) -> list[tuple]:
 
 def run(models: list[str], quick: bool, work: Path, say=print, only: str = "") -> list[dict]:
     paths = build(work, models)
-    results = []
-    for name in models:
-        spec = MODELS[name]
-        for case in CASES:
-            if (quick and not case.quick) or only not in case.name:
-                continue
-            seq = spec["seq"][1 if case.long else 0]
-            label = f"{name} {case.name}, {seq} tokens x {spec['batch']}"
-            out = work / "runs" / label.replace(" ", "_").replace(",", "").replace("+", "plus")
-            args = sft_args(paths[name], paths["data"], out, seq, spec["batch"], case)
-            measured = measure(case, args, out)
-            rows = compare(measured, predicted(paths[name], args, case.ranks))
-            results.append({"case": label, "rows": rows, "rss_peak": measured["rss_peak"]})
-            say(f"\n{label} ({case.ranks} rank{'s' if case.ranks > 1 else ''}): {' '.join(case.args)}")
-            for key, m, f, ratio in rows:
-                mark = "" if abs(ratio - 1) <= TOLERANCE else "  <-- off by more than 15%"
-                say(f"  {key:<10} measured {m / MIB:10.2f} MiB   fit {f / MIB:10.2f} MiB   fit/measured {ratio:5.2f}{mark}")
-            say(f"  {'rss peak':<10} measured {measured['rss_peak'] / MIB:10.2f} MiB above the floor (glibc and Python too)")
-    return results
+    measurer = Measurer(work)
+    try:
+        return [measured_case(name, case, paths, work, measurer, say) for name in models for case in CASES
+                if (case.quick or not quick) and only in case.name]
+    finally:
+        measurer.close()
+
+
+def measured_case(name: str, case: Case, paths: dict, work: Path, measurer: Measurer, say) -> dict:
+    spec = MODELS[name]
+    seq = spec["seq"][1 if case.long else 0]
+    label = f"{name} {case.name}, {seq} tokens x {spec['batch']}"
+    out = work / "runs" / label.replace(" ", "_").replace(",", "").replace("+", "plus")
+    args = sft_args(paths[name], paths["data"], out, seq, spec["batch"], case)
+    measured = measurer.measure(case, args, out)
+    rows = compare(measured, predicted(paths[name], args, case.ranks))
+    say(f"\n{label} ({case.ranks} rank{'s' if case.ranks > 1 else ''}): {' '.join(case.args)}")
+    for key, m, f, ratio in rows:
+        mark = "" if abs(ratio - 1) <= TOLERANCE else "  <-- off by more than 15%"
+        say(f"  {key:<10} measured {m / MIB:10.2f} MiB   fit {f / MIB:10.2f} MiB   fit/measured {ratio:5.2f}{mark}")
+    say(f"  {'rss peak':<10} measured {measured['rss_peak'] / MIB:10.2f} MiB above the floor (glibc and Python too)")
+    return {"case": label, "rows": rows, "rss_peak": measured["rss_peak"]}
 
 
 def markdown(results: list[dict]) -> str:

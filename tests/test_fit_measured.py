@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import need
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_fixtures, whatever the import mode
+from train_fixtures import tiny  # noqa: E402,F401
+
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,10 +28,12 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tiny, tmp_path_factory):
     need("trl")
+    work = tmp_path_factory.mktemp("fit-measured")
+    (work / "tiny").symlink_to(tiny)  # the session's tiny assets: build() makes the same (train.tiny, seed 0)
     lines = []
-    found = bench().run(["mini"], quick=True, work=tmp_path_factory.mktemp("fit-measured"), say=lines.append)
+    found = bench().run(["mini"], quick=True, work=work, say=lines.append)
     print("\n".join(lines))
     return found
 
