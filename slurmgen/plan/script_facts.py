@@ -11,6 +11,8 @@ from slurmgen.plan.spec import JobSpec
 
 @dataclass(frozen=True)
 class ScriptFacts:
+    """The spec values the templates print."""
+
     job_name: str
     python: str
     module: Optional[str]

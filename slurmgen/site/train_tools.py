@@ -15,6 +15,8 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 @dataclass(frozen=True)
 class ToolRun:
+    """How a run of a training tool ended."""
+
     returncode: int
     stdout: str
     why: str  # the last line of stderr: why it failed, when it did
