@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import click
@@ -259,6 +258,8 @@ def _layout(raw: dict) -> dict:
 def _setup(raw: dict) -> dict:
     lines = list(raw["setup"])
     if raw["setup_file"]:
+        from pathlib import Path  # only for a setup file: render imports no pathlib otherwise (issue 43)
+
         try:
             text = Path(raw["setup_file"]).read_text()
         except OSError as err:
