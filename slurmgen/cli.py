@@ -16,8 +16,8 @@ from slurmgen.errors import OneLineErrors
 # listing the commands imports none of them.
 COMMANDS = {
     "render": ("slurmgen.job_commands", "render_command", "Write the sbatch script of a training job."),
-    "check": ("slurmgen.job_commands", "check_command", "Say whether the layout can run on this cluster, and where."),
-    "fit": ("slurmgen.job_commands", "fit_command", "Say what would fit on the GPUs before queueing."),
+    "check": ("slurmgen.check_commands", "check_command", "Say whether the layout can run on this cluster, and where."),
+    "fit": ("slurmgen.check_commands", "fit_command", "Say what would fit on the GPUs before queueing."),
     "submit": ("slurmgen.submit.command", "submit_command",
                "Submit the job from Python (submitit) and follow it to its end."),
     "watch": ("slurmgen.observe_commands", "watch_command",
