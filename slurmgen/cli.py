@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-import gc
 import importlib
-from contextlib import contextmanager
 
-import click
+from slurmgen.uncollected import uncollected
 
-from slurmgen import __version__
-from slurmgen.errors import OneLineErrors
+with uncollected():  # click's objects live to the end
+    import click
+
+    from slurmgen import __version__
+    from slurmgen.errors import OneLineErrors
 
 # name: (module, attribute, short help). The short help lives here, not on the command, so that
 # listing the commands imports none of them.
@@ -40,7 +41,7 @@ class LazyGroup(OneLineErrors, click.Group):
         if name not in COMMANDS:
             return None
         module, attribute, short_help = COMMANDS[name]
-        with _uncollected():
+        with uncollected():  # the command's modules
             command = getattr(importlib.import_module(module), attribute)
         command.short_help = short_help
         return command
@@ -53,21 +54,6 @@ class LazyGroup(OneLineErrors, click.Group):
     def format_commands(self, ctx, formatter):
         with formatter.section("Commands"):
             formatter.write_dl([(name, COMMANDS[name][2]) for name in self.list_commands(ctx)])
-
-
-@contextmanager
-def _uncollected():
-    """No garbage collection while a command's modules are imported: what they make lives as long as
-    the process, so collecting among it is wasted (issue 43: ~5 ms a render). Frozen after, so that a
-    long-running command's collections do not walk it again either."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 @click.group(cls=LazyGroup, invoke_without_command=True,

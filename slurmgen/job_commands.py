@@ -16,6 +16,7 @@ from slurmgen.options import OneLineCommand, describe_settings, job_options, spe
 from slurmgen.plan.layout import summary
 from slurmgen.plan.option_fields import RENDER
 from slurmgen.plan.words import SpecError
+from slurmgen.uncollected import uncollected
 from slurmgen.writing import check_output_path, sibling_path, write_files
 
 
@@ -80,7 +81,8 @@ def render_command(ctx, output, show_config, check_first, **params):
 def _render_files(plan, output: str, params: dict) -> dict:
     """Path -> text of every file render writes: the script, and with a het sweep or --prep the
     script that submits them (and the prep job) beside it."""
-    from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
+    with uncollected():  # jinja2 and the templates' code: imported where a script is written
+        from slurmgen.script.render import needs_submitter, render, render_prep, render_submitter
 
     text = render(plan, command=invoked_command(params, output))
     if not needs_submitter(plan):
