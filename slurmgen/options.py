@@ -29,7 +29,8 @@ class OneLineCommand(OneLineErrors, SectionedCommand):
         return elsewhere(err)
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class CommandLine:
     """The options that fill no field as they are: a converter (CONVERTERS) reads them."""
 
@@ -62,7 +63,8 @@ class _FilePath(click.Path):
 CLICK_TYPES = {"setup_file": _FilePath(dir_okay=False)}
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class Entry:
     """One job option: its declaration, its default as the command line writes it, its value type."""
 
