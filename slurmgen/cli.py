@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import importlib
 
-import click
+from slurmgen.uncollected import uncollected
 
-from slurmgen import __version__
-from slurmgen.errors import OneLineErrors
+with uncollected():  # click's objects live to the end
+    import click
+
+    from slurmgen import __version__
+    from slurmgen.errors import OneLineErrors
 
 # name: (module, attribute, short help). The short help lives here, not on the command, so that
 # listing the commands imports none of them.
 COMMANDS = {
     "render": ("slurmgen.job_commands", "render_command", "Write the sbatch script of a training job."),
-    "check": ("slurmgen.job_commands", "check_command", "Say whether the layout can run on this cluster, and where."),
-    "fit": ("slurmgen.job_commands", "fit_command", "Say what would fit on the GPUs before queueing."),
+    "check": ("slurmgen.check_commands", "check_command", "Say whether the layout can run on this cluster, and where."),
+    "fit": ("slurmgen.check_commands", "fit_command", "Say what would fit on the GPUs before queueing."),
     "submit": ("slurmgen.submit.command", "submit_command",
                "Submit the job from Python (submitit) and follow it to its end."),
     "watch": ("slurmgen.observe_commands", "watch_command",
@@ -38,7 +41,8 @@ class LazyGroup(OneLineErrors, click.Group):
         if name not in COMMANDS:
             return None
         module, attribute, short_help = COMMANDS[name]
-        command = getattr(importlib.import_module(module), attribute)
+        with uncollected():  # the command's modules
+            command = getattr(importlib.import_module(module), attribute)
         command.short_help = short_help
         return command
 

@@ -3,9 +3,10 @@ train/contract.py beside this package by its path: defined once, and never throu
 which a user's own train.py in the working directory would shadow."""
 
 import importlib.util
-from pathlib import Path
+import os
 
-_FILE = Path(__file__).resolve().parent.parent / "train" / "contract.py"
+# os.path, not pathlib: render imports this module, and nothing else on its way needs pathlib (issue 43)
+_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "train", "contract.py")
 _spec = importlib.util.spec_from_file_location("slurmgen._train_contract", _FILE)
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)

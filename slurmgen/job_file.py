@@ -8,8 +8,6 @@ same names."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from slurmgen.plan.option_fields import SUBMIT
 from slurmgen.plan.profiles import toml_parser
 from slurmgen.plan.words import SpecError
@@ -137,6 +135,8 @@ def for_command(entries, found: dict, command: str, where: str) -> dict:
 
 def read(entries, path: str) -> dict:
     """A job file's values, checked (SpecError: one line naming the file, the key and the value)."""
+    from pathlib import Path  # only for -f: render imports no pathlib otherwise (issue 43)
+
     try:
         text = Path(path).read_text()
     except OSError as err:

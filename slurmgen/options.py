@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import click
@@ -30,7 +29,8 @@ class OneLineCommand(OneLineErrors, SectionedCommand):
         return elsewhere(err)
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class CommandLine:
     """The options that fill no field as they are: a converter (CONVERTERS) reads them."""
 
@@ -63,7 +63,8 @@ class _FilePath(click.Path):
 CLICK_TYPES = {"setup_file": _FilePath(dir_okay=False)}
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class Entry:
     """One job option: its declaration, its default as the command line writes it, its value type."""
 
@@ -72,18 +73,26 @@ class Entry:
     kind: type  # bool, int, float, str, or list (repeatable)
 
 
-def _kind(hint, given) -> type:
+# A field's type read from its annotation as written (the option modules import annotations from
+# __future__): evaluating them all (typing.get_type_hints) took ~1 ms of every command (issue 43).
+_SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def _kind(annotation, given) -> type:
     """What the command line gives: `given`, else the field's type (X of Optional[X]; a tuple: repeatable)."""
     if given is not None:
         return given
-    if typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return list if hint is tuple or typing.get_origin(hint) is tuple else hint
+    if isinstance(annotation, str):
+        if annotation.startswith("Optional["):
+            annotation = annotation[len("Optional["):-1]
+        return list if annotation == "tuple" or annotation.startswith("tuple[") else _SCALARS[annotation]
+    if typing.get_origin(annotation) is typing.Union:  # a class declared without the __future__ import
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return list if annotation is tuple or typing.get_origin(annotation) is tuple else annotation
 
 
 def _entries(cls) -> list[Entry]:
-    hints = typing.get_type_hints(cls)
-    found = [Entry(o, o.text(f.default), _kind(hints[f.name], o.given)) for f, o in declared(cls)]
+    found = [Entry(o, o.text(f.default), _kind(f.type, o.given)) for f, o in declared(cls)]
     for field in nested(cls):
         found += _entries(type(field.default))
     return found
@@ -259,6 +268,8 @@ def _layout(raw: dict) -> dict:
 def _setup(raw: dict) -> dict:
     lines = list(raw["setup"])
     if raw["setup_file"]:
+        from pathlib import Path  # only for a setup file: render imports no pathlib otherwise (issue 43)
+
         try:
             text = Path(raw["setup_file"]).read_text()
         except OSError as err:

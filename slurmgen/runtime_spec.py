@@ -23,6 +23,8 @@ class FormatError(ValueError):
 
 @dataclass(frozen=True)
 class Component:
+    """One het component as the job runtime sees it."""
+
     name: str  # as the job log names it: "component 0 (2 node(s) x 1 GPU)"
     nodes: int
     gpus: int  # per node
@@ -32,6 +34,8 @@ class Component:
 
 @dataclass(frozen=True)
 class StragglerRule:
+    """When a rank is slow, and what is done about it."""
+
     ratio: float  # a rank whose compute time per step is this many times the median's is slow
     window: int  # steps its figure is the mean of
     action: str = "warn"  # or "exclude": requeued (or a spare taken) without its node
@@ -39,6 +43,8 @@ class StragglerRule:
 
 @dataclass(frozen=True)
 class Preflight:
+    """What every node must be able to run before training starts."""
+
     kind: str  # what every node must be able to run: "module", "script" or "exec"
     target: str
     model: str = ""  # a local model path every node must see ("": none)
@@ -48,6 +54,8 @@ class Preflight:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
+    """What the job runtime inside the job needs to know about the job."""
+
     world_size: int
     components: tuple[Component, ...]
     spare_nodes: int = 0  # idle nodes, the last het group: a failed run restarts inside the allocation

@@ -19,6 +19,8 @@ from slurmgen.plan.words import describe_seconds, scale_mem, train_arg
 
 @dataclass(frozen=True)
 class Component:
+    """One het component: a group of equal nodes, with its node and rank offsets."""
+
     index: int
     nodes: int
     gpus_per_node: int
@@ -53,6 +55,8 @@ class Component:
 
 @dataclass(frozen=True)
 class Plan:
+    """The job laid out: the spec, its het components, a sweep's runs and the spare nodes."""
+
     spec: JobSpec
     components: tuple[Component, ...]
     runs: tuple = ()  # a sweep's runs (slurmgen.plan.sweep.Run); empty for a single job

@@ -28,7 +28,8 @@ JOBS = frozenset({RENDER, CHECK, SUBMIT})
 SCRIPTS = frozenset({RENDER, CHECK})
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class JobOption:
     """A job option as the command line shows it."""
 

@@ -13,21 +13,28 @@ import pwd
 import re
 import shlex
 import stat
-from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from slurmgen.plan.words import SpecError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FILE_NAME = "slurmgen.toml"
 
 
 def profile_file() -> Optional[Path]:
-    local = Path.cwd() / FILE_NAME
-    if local.is_file():
-        return local
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    user = Path(config) / "slurmgen" / FILE_NAME
-    return user if user.is_file() else None
+    """This directory's profile, else the user's, else None. Looked for with os.path: pathlib is
+    imported only when there is one (every render looks; issue 43)."""
+    path = os.path.join(os.getcwd(), FILE_NAME)
+    if not os.path.isfile(path):
+        config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        path = os.path.join(config, "slurmgen", FILE_NAME)
+        if not os.path.isfile(path):
+            return None
+    from pathlib import Path
+
+    return Path(path)
 
 
 def _owner(uid: int) -> str:

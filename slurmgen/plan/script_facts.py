@@ -9,8 +9,11 @@ from typing import Optional
 from slurmgen.plan.spec import JobSpec
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class ScriptFacts:
+    """The spec values the templates print."""
+
     job_name: str
     python: str
     module: Optional[str]

@@ -14,6 +14,8 @@ STRAGGLER_ACTIONS = ("warn", "exclude")
 
 @dataclass(frozen=True)
 class SlowNodes:
+    """What the job does about slow nodes: the network check before training, the straggler watch."""
+
     net_check: bool = option(  # every node's links timed before training (multi-node jobs)
         True, "--net-check/--no-net-check", section=SLOW, commands=SCRIPTS,
         help="Time every node's links before training (multi-node jobs); a slow node is left out and the job"

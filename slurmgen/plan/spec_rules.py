@@ -29,24 +29,26 @@ DEFAULT_PORT_RANGE = (20000, 29999)
 MIN_GRACE = 15
 HOST_NAME_MAX = 64  # Linux's HOST_NAME_MAX
 
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-_GRES_TYPE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
-_MEM = re.compile(r"[0-9]{1,15}[KMGT]?\Z", re.A)  # 15 digits: any memory, and int() takes it
+# The patterns are text, compiled where first used (re keeps them): most renders use few of them,
+# and compiling all of them at import cost ~1 ms (issue 43).
+_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+_GRES_TYPE = r"[A-Za-z0-9_.\-]+\Z"
+_MEM = r"(?a)[0-9]{1,15}[KMGT]?\Z"  # 15 digits: any memory, and int() takes it
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
 DEFAULT_LOG_NAME = "%x-%j.out"
 # Slurm's filename patterns (%j job id, %x job name, %N first node, ...), optionally zero-padded.
-_LOG_NAME_PART = re.compile(r"%(%|[0-9]*[AabJjNnstux])")
-_MAIL_USER = re.compile(r"[A-Za-z0-9_.+\-]+(@[A-Za-z0-9_.\-]+)?\Z")
+_LOG_NAME_PART = r"%(%|[0-9]*[AabJjNnstux])"
+_MAIL_USER = r"[A-Za-z0-9_.+\-]+(@[A-Za-z0-9_.\-]+)?\Z"
 # Names Slurm takes in #SBATCH lines (partition, account, qos, node lists, features).
-_SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z")
-_CONSTRAINT = re.compile(r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z")
-_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.,:\-]+\Z")
+_SLURM_WORD = r"[A-Za-z0-9_.,:\[\]\-+=@]+\Z"
+_CONSTRAINT = r"[A-Za-z0-9_.,:\[\]\-+=@&|*()!]+\Z"
+_IFNAME = r"[\^=]?[A-Za-z0-9_.,:\-]+\Z"
 
 
 def _check_word(option: str, value: Optional[str], pattern=_SLURM_WORD) -> None:
-    if value is not None and not pattern.match(value):
+    if value is not None and not re.match(pattern, value):
         raise SpecError(f"{option} {value!r}: contains characters Slurm does not accept here")
 
 
@@ -84,7 +86,7 @@ def check(spec) -> None:
     if spec.gpu_mem is not None:
         parse_sizes("--gpu-mem", spec.gpu_mem, len(spec.gpus))
     if spec.gpu_type and (len(spec.gpu_type) not in (1, spec.nodes)
-                          or not all(_GRES_TYPE.match(t) for t in spec.gpu_type)):
+                          or not all(re.match(_GRES_TYPE, t) for t in spec.gpu_type)):
         raise SpecError(f"--gpu-type {','.join(spec.gpu_type)!r}: give one GPU type (letters, digits, _ . -)"
                         f" for all nodes, or one per node ({spec.nodes})")
     for host in spec.nodelist:
@@ -220,7 +222,7 @@ def _resources(spec) -> None:
                                  ("--mem-per-cpu", spec.mem_per_cpu)) if v is not None]
     _refuse_both(given, "choose one way to ask for memory")
     for option, value in given:
-        if not _MEM.match(value):
+        if not re.match(_MEM, value):
             raise SpecError(f"{option} {value!r}: expected a size such as 64G, 512M or 0 (all)")
         if option != "--mem" and int(value.rstrip("KMGT")) == 0:
             raise SpecError(f"{option} {value!r}: must be more than zero")
@@ -245,7 +247,7 @@ def _resources(spec) -> None:
         if bad or not spec.mail_type:
             raise SpecError(f"--mail-type {spec.mail_type!r}: {bad[0] if bad else ''!r} is not one of"
                             f" {', '.join(MAIL_TYPES)} (several: comma-separated)")
-    if spec.mail_user is not None and not _MAIL_USER.match(spec.mail_user):
+    if spec.mail_user is not None and not re.match(_MAIL_USER, spec.mail_user):
         raise SpecError(f"--mail-user {spec.mail_user!r}: expected a user name or an address")
 
 
@@ -255,7 +257,7 @@ def _logs(spec) -> None:
     if not printable_line(name) or "/" in name or name in (".", ".."):
         raise SpecError(f"--log-name {name!r}: a file name (no /) on one line; the directory"
                         " is --log-dir")
-    stray = _LOG_NAME_PART.sub("", name)
+    stray = re.sub(_LOG_NAME_PART, "", name)
     if "%" in stray:
         raise SpecError(f"--log-name {name!r}: unknown % pattern; Slurm's are %j (job id), %x"
                         " (job name), %N (first node), %u (user), %A %a %J %n %s %t %b, %% for %")
@@ -273,5 +275,5 @@ def _target(spec) -> None:
         if not os.path.isfile(spec.script):
             raise SpecError(f"--script {spec.script!r}: no such file")
         ceiling_bytes(spec.snapshot_max_size)
-    elif not spec.module or not _MODULE.match(spec.module):
+    elif not spec.module or not re.match(_MODULE, spec.module):
         raise SpecError(f"--module {spec.module!r}: not a Python module name such as train.sft")

@@ -26,6 +26,8 @@ AFTER_KINDS = {"ok": "afterok", "any": "afterany"}
 
 @dataclass(frozen=True)
 class Run:
+    """One run of a sweep: its values and the training arguments they give."""
+
     index: int
     name: str                           # the output subdirectory, from the values
     values: tuple[tuple[str, str], ...]  # (KEY, VALUE) in --sweep order

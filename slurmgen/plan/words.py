@@ -9,17 +9,19 @@ import unicodedata
 from typing import Optional
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Patterns as text, compiled where first used (re keeps them): compiling them all at import cost
+# every render (issue 43), and most use none.
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
 # Slurm --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; ASCII digits only (re.A), as Slurm reads them.
 _TIME_FORMS = (
-    (re.compile(r"(\d{1,9})\Z", re.A), ("m",)),
-    (re.compile(r"(\d{1,9}):(\d{1,2})\Z", re.A), ("m", "s")),
-    (re.compile(r"(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", re.A), ("h", "m", "s")),
-    (re.compile(r"(\d{1,9})-(\d{1,9})\Z", re.A), ("d", "h")),
-    (re.compile(r"(\d{1,9})-(\d{1,9}):(\d{1,2})\Z", re.A), ("d", "h", "m")),
-    (re.compile(r"(\d{1,9})-(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", re.A), ("d", "h", "m", "s")),
+    (r"(?a)(\d{1,9})\Z", ("m",)),
+    (r"(?a)(\d{1,9}):(\d{1,2})\Z", ("m", "s")),
+    (r"(?a)(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", ("h", "m", "s")),
+    (r"(?a)(\d{1,9})-(\d{1,9})\Z", ("d", "h")),
+    (r"(?a)(\d{1,9})-(\d{1,9}):(\d{1,2})\Z", ("d", "h", "m")),
+    (r"(?a)(\d{1,9})-(\d{1,9}):(\d{1,2}):(\d{1,2})\Z", ("d", "h", "m", "s")),
 )
 # The forms as the help and the errors name them.
 TIME_FORMS_TEXT = "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
@@ -117,7 +119,7 @@ def parse_time(text: str) -> Optional[int]:
     if text.upper() in ("UNLIMITED", "INFINITE"):
         return None
     for pattern, units in _TIME_FORMS:
-        match = pattern.match(text)
+        match = re.match(pattern, text)
         if match:
             return sum(int(v) * _UNIT_SECONDS[u] for v, u in zip(match.groups(), units))
     raise SpecError(f"--time {text!r}: not a Slurm time; use {TIME_FORMS_TEXT}")
@@ -139,7 +141,7 @@ def parse_env(items) -> tuple[tuple[str, str], ...]:
         if "=" not in item:
             raise SpecError(f"--env {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
-        if not _ENV_NAME.match(key):
+        if not re.match(_ENV_NAME, key):
             raise SpecError(
                 f"--env {item!r}: {key!r} is not a valid variable name"
                 " (letters, digits and _, not starting with a digit)"

@@ -7,7 +7,6 @@ import importlib.util
 import os
 import shlex
 import unicodedata
-from pathlib import Path
 
 import jinja2
 
@@ -22,13 +21,15 @@ from slurmgen.plan.words import count_runs
 from slurmgen.runtime_spec import FORMAT
 
 
-def template_dir() -> Path:
-    """Templates ship inside the wheel as slurmgen/templates; a checkout keeps them in templates/."""
+def template_dir() -> str:
+    """Templates ship inside the wheel as slurmgen/templates; a checkout keeps them in templates/.
+    (os.path: render imports no pathlib, issue 43.)"""
     spec = importlib.util.find_spec("slurmgen.templates")
     for location in (spec.submodule_search_locations or []) if spec else []:
-        if (Path(location) / "job.sh.j2").is_file():
-            return Path(location)
-    return Path(__file__).resolve().parents[2] / "templates"
+        if os.path.isfile(os.path.join(location, "job.sh.j2")):
+            return location
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    return os.path.join(checkout, "templates")
 
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+:./-")
@@ -117,7 +118,7 @@ def output_pattern(log_dir: str, name: str = DEFAULT_LOG_NAME) -> str:
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir())),
+        loader=jinja2.FileSystemLoader(template_dir()),
         bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

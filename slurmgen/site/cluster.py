@@ -11,6 +11,8 @@ UNUSABLE = ("down", "drain", "fail", "inval", "maint", "unknown", "future", "pow
 
 @dataclass(frozen=True)
 class Node:
+    """One node as sinfo describes it."""
+
     name: str
     partition: str
     gpus: int
@@ -28,6 +30,8 @@ class Node:
 
 @dataclass(frozen=True)
 class ClusterInfo:
+    """What the cluster says: its Slurm release, default partition and nodes."""
+
     version: str
     default_partition: str
     nodes: tuple[Node, ...]

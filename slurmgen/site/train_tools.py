@@ -3,18 +3,22 @@ need torch, transformers and TRL, which slurmgen itself never imports."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 # The folder that holds slurmgen/ and train/ (the repository, or site-packages): the tools are the
-# train package beside this slurmgen, whatever the working directory holds.
-ROOT = str(Path(__file__).resolve().parents[2])
+# train package beside this slurmgen, whatever the working directory holds. os.path, not pathlib:
+# render imports this module, and nothing else on its way needs pathlib (issue 43).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
-@dataclass(frozen=True)
+# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
+@dataclass(frozen=True, eq=False, repr=False)
 class ToolRun:
+    """How a run of a training tool ended."""
+
     returncode: int
     stdout: str
     why: str  # the last line of stderr: why it failed, when it did
