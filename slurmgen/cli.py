@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from slurmgen.uncollected import uncollected
+from slurmgen.uncollected import as_command, uncollected
 
 with uncollected():  # click's objects live to the end
     import click
@@ -79,6 +79,7 @@ def every_command() -> dict:
 
 
 def main():
+    as_command()
     cli(prog_name="slurmgen")  # also as `python -m slurmgen`, and for completion's _SLURMGEN_COMPLETE
 
 
