@@ -5,6 +5,7 @@ Python's exit leaves it, a script that failed never does; the job runtime's read
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,10 @@ def test_torchruns_ranks_mark_their_end_and_the_runtime_reads_every_rank(tmp_pat
     env["PYTHONPATH"] = rank_hooks.DIR + ":" + env["PYTHONPATH"]
     cmd = torchrun_cmd(2, "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "loop.py")
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # 0, or the very abort the marks are for (a loaded machine, CI run 32): a rank's SIGABRT in its
+    # exit, after which torchrun TERMs the other
+    aborted = re.search(r"exitcode\s*:\s*-6 .*\(SIGABRT\)", done.stderr)
+    assert done.returncode == 0 or (done.returncode == 1 and aborted), done.stderr[-2000:]
     files = JobFiles(tmp_path)  # its beats folder is the heartbeat folder above
     assert every_rank_ended(files, 2) and not every_rank_ended(files, 3)
     assert sorted(p.name for p in (tmp_path / "beats").glob("ended-*")) == ["ended-0", "ended-1"]  # not the agent's
