@@ -70,8 +70,9 @@ def verdict(reports: list[dict], nodes: int, ratio: float, floor_gbps: float, to
     rows = [("node", "rank", "send GB/s", "receive GB/s", "latency ms")]
     rows += [(f.host, str(f.rank), f"{f.send_gbps:.2f}", f"{f.receive_gbps:.2f}", f"{f.latency_ms:.2f}") for f in found]
     lines += preflight.table(rows)
-    lines += _transport(min(reports, key=lambda r: r["rank"]))
-    ladder = min(reports, key=lambda r: r["rank"]).get("all_reduce_ms", []) if reports else []
+    first = min(reports, key=lambda r: r["rank"]) if reports else {}  # rank 0's: the job-wide figures
+    lines += _transport(first)
+    ladder = first.get("all_reduce_ms", [])
     if ladder:
         lines.append("  all-reduce: " + ", ".join(f"{_size(b)} {ms:.1f} ms" for b, ms in ladder)
                      + f" (bus bandwidth {_bus_gbps(ladder[-1], nodes):.2f} GB/s)")
