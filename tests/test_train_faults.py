@@ -244,7 +244,9 @@ def test_ranks_that_lose_a_peer_fail_after_the_node_that_crashed(tiny, tmp_path,
                      crashed), crashed[-3000:]
     assert re.search(r"slurmgen-train: rank [01] lost a peer \(.+\); failing in 8 s so that the failing rank's node "
                      r"reports first", healthy), healthy[-3000:]
-    assert ended[0] - ended[1] > 3, f"the healthy node's agent ended {ended[0] - ended[1]:.1f} s after the crashed one's"
+    # The order is the outcome (the crashed node reports first); the margin is not: CI's loaded
+    # machine once took 5.6 s of the 8 to end the crashed node's agent (2.4 s ahead).
+    assert ended[1] < ended[0], f"the healthy node's agent ended {ended[1] - ended[0]:.1f} s before the crashed one's"
 
 
 @pytest.mark.timeout(240)
