@@ -64,7 +64,7 @@ def cli(ctx):
     """Correct multi-node, multi-GPU training jobs for Slurm, uneven clusters included.
 
     \b
-      slurmgen render --nodes 4 --gpus 1,1,2,2 -o job.sh -- --model_name_or_path M && sbatch job.sh
+      slurmgen render --nodes 4 --gpus 1,1,2,2 -o job.sh -- --model_name_or_path M --dataset_name D && sbatch job.sh
 
     Shell completion: eval "$(_SLURMGEN_COMPLETE=bash_source slurmgen)" in ~/.bashrc
     (zsh_source for ~/.zshrc, fish_source for fish).

@@ -35,7 +35,7 @@ def no_machine_vetting(request, monkeypatch):
     from slurmgen.site import limits, train_args
 
     monkeypatch.setattr(limits, "Asking", limits.NoAnswer)  # GPU counts held to the stated ceiling
-    monkeypatch.setattr(train_args, "start", lambda spec, runs=(): None)
+    monkeypatch.setattr(train_args, "start", lambda spec, runs=(), full=True: None)
 
 
 def in_ci() -> bool:

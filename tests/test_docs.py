@@ -59,7 +59,7 @@ NOT_RUN = {
     "slurmgen watch 1234 --output-dir runs/first": CLUSTER,
     "slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name "
     "trl-lib/Capybara --output_dir runs/first": SUBMITS,
-    "slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --output_dir run": SUBMITS,
+    "slurmgen submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --dataset_name data.jsonl --output_dir run": SUBMITS,
     # uneven clusters
     "slurmgen render --gpus auto --world-size 6": CLUSTER + " (--gpus auto reads the free GPUs)",
     "slurmgen render --gpus auto --max-gpus 16 --min-gpus 4": CLUSTER + " (--gpus auto reads the free GPUs)",
@@ -74,7 +74,7 @@ NOT_RUN = {
     "--output_dir runs/sft": SUBMITS,
     "python -m slurmgen.submit --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --dataset_name data.jsonl "
     "--output_dir runs/sft": SUBMITS,
-    "slurmgen submit --detach --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --output_dir runs/sft": SUBMITS,
+    "slurmgen submit --detach --nodes 4 --gpus 1,1,2,2 -- --model_name_or_path lm --dataset_name data.jsonl --output_dir runs/sft": SUBMITS,
     "slurmgen submit --attach 1234 --folder logs/submitit": CLUSTER,
     # after submission (status, logs, cancel, list)
     "slurmgen status 1234": CLUSTER,

@@ -1,6 +1,7 @@
 """Issue 43: what render, check and submit accept does not fail after the queue wait. Each value that
 would is refused before anything is written: one line, exit 2, no traceback, no file (site/vet.py)."""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -112,7 +113,8 @@ def test_check_passes_accepted_arguments_and_remembers_them(render_args, cluster
     assert "result: the layout can run (world size 6)" in result.stdout
     assert "training arguments" not in result.output
     cache = tmp_path.parent / f"{tmp_path.name}-cache"
-    assert len(list((cache / "slurmgen" / "train-args").iterdir())) == 1
+    kept = sorted(p.name.startswith("options-") for p in (cache / "slurmgen" / "train-args").iterdir())
+    assert kept == [False, True]  # the accepted command line, and the parser's option list for render
 
 
 @pytest.mark.machine_vetting
@@ -129,7 +131,7 @@ def test_check_says_the_arguments_were_not_checked_where_the_parser_cannot_run(r
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[-3:-1] == ["training arguments not checked: train.sft's parser cannot run here"
-                            " (No module named 'transformers'; pip install 'slurmgen[train]')",
+                            " (No module named 'trl'; pip install 'slurmgen[train]')",
                             "result: the layout can run (world size 6)"]
     assert result.stderr == ""
 
@@ -144,27 +146,103 @@ def test_a_sweep_run_is_checked_too(render_args, cluster_here, tmp_path):
 
 
 @pytest.mark.machine_vetting
-def test_plain_render_never_runs_the_parser(render_args, tmp_path, monkeypatch):
-    """Render stays quick (issue 43 item 7): the parser imports TRL, seconds for each new argument list."""
-    no_parser(monkeypatch)
-    no_sinfo(monkeypatch)
-    monkeypatch.chdir(tmp_path)
+def test_plain_render_refuses_what_the_parser_refuses_then_from_its_option_list(render_args, cluster_here, tmp_path,
+                                                                               monkeypatch):
+    """The first render with these libraries runs the entry point's parser (and says so), which leaves
+    its option list; later renders parse against that list without starting it, with its words."""
     result = render_args("render", *DDP, "--max_stepz", "100")
+    refused(result, "training arguments for train.ddp_loop: unrecognized arguments: --max_stepz 100"
+                    " (its own parser's verdict)", tmp_path)
+    no_parser(monkeypatch)
+    for extra, message in ((["--lr", "abc"], "argument --lr: invalid float value: 'abc'"),
+                           (["--max_steps"], "argument --max_steps: expected one argument"),
+                           (["--ddp_find_unused_parameters", "maybe"],
+                            "argument --ddp_find_unused_parameters: expected true or false, got 'maybe'"),
+                           (["--max_stepz", "100"], "unrecognized arguments: --max_stepz 100")):
+        refused(render_args("render", *DDP, *extra),
+                f"training arguments for train.ddp_loop: {message} (its own parser's verdict)", tmp_path)
+    result = render_args("render", *DDP, "--lr", "3e-4", "--ddp_find_unused_parameters", "true")
     assert (result.exit_code, result.stderr) == (0, ""), result.output
     assert (tmp_path / "generated.sh").exists()
 
 
 @pytest.mark.machine_vetting
-@pytest.mark.parametrize("command", ["submit", "submit --detach"])
-def test_submit_never_runs_the_parser(command, render_args, tmp_path, monkeypatch):
-    """Submit queues at once, and CI's end-to-end tests submit many argument lists: no parser; here the
-    submission reaches sbatch (a stand-in that refuses, so nothing is queued)."""
+def test_the_first_render_says_it_ran_the_parser_once(render_args, cluster_here, tmp_path, monkeypatch):
+    result = render_args("render", *DDP, "--lr", "1e-3")
+    assert result.exit_code == 0, result.output
+    said = re.fullmatch(r"slurmgen: the training arguments were parsed by train\.ddp_loop's own parser \(its import:"
+                        r" \d+ s, once for these libraries; from now on its option list, kept in ~/\.cache/slurmgen,"
+                        r" is read\)\n", result.stderr)
+    assert said, result.stderr
     no_parser(monkeypatch)
+    result = render_args("render", *DDP, "--lr", "2e-3")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+
+
+@pytest.mark.machine_vetting
+def test_plain_render_parses_sft_arguments_as_trls_parser_does(render_args, cluster_here, tmp_path, monkeypatch):
+    """The issue's own examples on train.sft: its option list comes from TRL's parser (the first render
+    here imports TRL), and each refusal is that parser's words, as `check` gives them."""
+    from conftest import need
+
+    need("trl")
+    sft = ["--", "--model_name_or_path", "m", "--dataset_name", "d"]
+    refused(render_args("render", *sft, "--max_stepz", "100"), "training arguments for train.sft: Some specified"
+            " arguments are not used by the HfArgumentParser: ['--max_stepz', '100'] (its own parser's verdict)",
+            tmp_path)
+    no_parser(monkeypatch)
+    for extra, message in (
+            (["--learning_rate", "abc"], "argument --learning_rate/--learning-rate: invalid float value: 'abc'"),
+            (["--bf16", "maybe"], "argument --bf16: Truthy value expected: got maybe but expected one of yes/no,"
+                                  " true/false, t/f, y/n, 1/0 (case insensitive)."),
+            (["--lr_scheduler_type", "cosin"], "argument --lr_scheduler_type/--lr-scheduler-type: invalid choice:"
+                                               " 'cosin' (choose from 'linear', 'cosine', 'cosine_with_restarts',"),
+            (["--config", "sft.yaml", "--max_steps", "x"], "argument --max_steps/--max-steps: invalid int value: 'x'")):
+        result = render_args("render", *sft, *extra)
+        assert (result.exit_code, result.stdout) == (2, ""), result.output
+        assert result.stderr.startswith(f"slurmgen: error: training arguments for train.sft: {message}"), result.stderr
+        assert result.stderr.endswith(" (its own parser's verdict)\n") and result.stderr.count("\n") == 1
+        assert os.listdir(tmp_path) == []
+    # what the entry point needs beyond its parser (check_args), from the list too; a --config file may name it
+    refused(render_args("render", "--", "--model_name_or_path", "m", "--max_steps", "5"),
+            "training arguments for train.sft: --dataset_name is required (its own parser's verdict)", tmp_path)
+    for extra in ([], ["--bf16", "true"], ["--bf16", "False", "--lr-scheduler-type", "cosine", "--max_steps", "5"],
+                  ["--config", "sft.yaml"]):  # TRL reads the file before parsing: it may name what the rest needs
+        result = render_args("render", *sft, *extra)
+        assert (result.exit_code, result.stderr) == (0, ""), (extra, result.output)
+    for args in (["--dataset-name", "d"], ["--config", "sft.yaml"]):
+        result = render_args("render", "--", "--model_name_or_path", "m", *args)
+        assert (result.exit_code, result.stderr) == (0, ""), (extra, result.output)
+
+
+@pytest.mark.machine_vetting
+def test_plain_render_says_the_arguments_were_not_checked_where_the_parser_cannot_run(render_args, cluster_here,
+                                                                                       tmp_path, monkeypatch):
+    """A login node without TRL: the script is written, with one line saying the arguments were not
+    checked; the next render says it again without trying the parser again."""
+    shadow = tmp_path.parent / f"{tmp_path.name}-shadow"
+    for name in ("trl", "transformers"):
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    line = ("slurmgen: warning: training arguments not checked: train.sft's parser cannot run here"
+            " (No module named 'trl'; pip install 'slurmgen[train]')\n")
+    for _ in range(2):
+        result = render_args("render", "--", "--model_name_or_path", "m", "--dataset_name", "d", "--max_stepz", "1")
+        assert (result.exit_code, result.stderr) == (0, line), result.output
+        assert (tmp_path / "generated.sh").exists()
+        no_parser(monkeypatch)
+
+
+@pytest.mark.machine_vetting
+@pytest.mark.parametrize("command", ["submit", "submit --detach"])
+def test_submit_refuses_what_the_parser_refuses(command, render_args, cluster_here, tmp_path, monkeypatch):
+    """Submit queues at once: what its parser refuses never reaches sbatch (a stand-in that would fail)."""
     bin_dir = fake_bin(tmp_path, "sbatch", BROKEN_SBATCH)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    no_sinfo(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    result = render_args(*command.split(), *DDP, "--max_stepz", "100")
+    refused(render_args(*command.split(), *DDP, "--max_stepz", "100"), "training arguments for train.ddp_loop:"
+            " unrecognized arguments: --max_stepz 100 (its own parser's verdict)", tmp_path)
+    result = render_args(*command.split(), *DDP, "--max_steps", "100")
     assert (result.exit_code, result.stderr) == (1, "slurmgen: error: sbatch: fatal: Could not establish a"
                                                     " configuration source\n")
 
@@ -366,4 +444,18 @@ def test_host_lists_with_digits_int_refuses(args, start, render_args, tmp_path, 
     result = render_args("render", *args)
     assert (result.exit_code, result.stdout, len(result.stderr.splitlines())) == (2, "", 1)
     assert result.stderr.startswith(f"slurmgen: error: {start}")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.machine_vetting
+def test_a_jobs_render_and_write_refuse_what_the_parser_refuses(cluster_here, tmp_path):
+    """slurmgen.Job takes the same steps as render: JobError with render's line, nothing written."""
+    import slurmgen
+
+    job = slurmgen.Job(module="train.ddp_loop", args=DDP[3:] + ["--lr", "abc"])
+    for step in (job.render, lambda: job.write(tmp_path / "job.sh")):
+        with pytest.raises(slurmgen.JobError) as raised:
+            step()
+        assert str(raised.value) == ("training arguments for train.ddp_loop: argument --lr: invalid float value:"
+                                     " 'abc' (its own parser's verdict)")
     assert os.listdir(tmp_path) == []

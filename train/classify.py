@@ -78,21 +78,30 @@ def _parse(argv: list[str], denv: distenv.DistEnv):
     cli.reject_old_args(argv, RENAMED)
     from train import hf  # imports transformers: after the cheap checks
 
-    from transformers import HfArgumentParser, TrainingArguments
-
-    parser = HfArgumentParser((ClassifyArguments, TrainingArguments))
+    parser = arg_parser()
     parser.set_defaults(**hf.capability_defaults(denv))
     return hf.parse_or_usage_error(parser, lambda: parser.parse_args_into_dataclasses(args=argv))
+
+
+# Beyond what the parser requires: (options of which one is given, the refusal). check_args, and a
+# plain render's parse from the option list (train.args_check writes these into it).
+NEEDED = ((("--model_name_or_path",), "--model_name_or_path is required"),
+          (("--train_file", "--dataset_name"), "give --train_file (and --eval_file) or --dataset_name"))
+
+
+def arg_parser():
+    """transformers' own parser of this entry point's command line (its option list: train.args_check)."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    return HfArgumentParser((ClassifyArguments, TrainingArguments))
 
 
 def check_args(argv: list[str]) -> None:
     """The command line as a job would read it, before the queue wait (train.args_check): it parses,
     and names a model and data. Paths are the job's to check: they may be the nodes' own."""
     cargs, _ = _parse(argv, distenv.setup({}))
-    if not cargs.model_name_or_path:
-        raise cli.UsageError("--model_name_or_path is required")
-    if not (cargs.train_file or cargs.dataset_name):
-        raise cli.UsageError("give --train_file (and --eval_file) or --dataset_name")
+    cli.check_needed(NEEDED, {"--model_name_or_path": cargs.model_name_or_path, "--train_file": cargs.train_file,
+                              "--dataset_name": cargs.dataset_name})
 
 
 def _main(argv: list[str]) -> dict | None:

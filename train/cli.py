@@ -66,6 +66,13 @@ def boolean(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def check_needed(needed, given: Mapping[str, object]) -> None:
+    """Each (options, refusal) of needed: one of the options has a value in given, or UsageError."""
+    for flags, refusal in needed:
+        if not any(given.get(flag) for flag in flags):
+            raise UsageError(refusal)
+
+
 def reject_old_args(argv: Iterable[str], renamed: Mapping[str, str], where: str = "") -> None:
     for token in argv:
         if not token.startswith("--"):

@@ -40,6 +40,19 @@ STATE_FILE = "trainer.pt"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = arg_parser()
+    cli.one_line_parser_errors(p)
+    args = p.parse_args(argv)
+    for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
+        if getattr(args, name) <= 0:
+            raise cli.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.dataloader_num_workers < 0:
+        raise cli.UsageError(f"--dataloader_num_workers must be 0 or more, got {args.dataloader_num_workers}")
+    return args
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    """This entry point's command line (its option list: train.args_check)."""
     p = argparse.ArgumentParser(prog="python -m train.ddp_loop", description=__doc__.split("\n")[0])
     p.add_argument("--model_name_or_path", required=True)
     p.add_argument("--dataset", required=True, help="hub name or local .jsonl/.json/.parquet/.arrow file or dir")
@@ -59,14 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fsdp", action="store_true", help="shard the model over the ranks (FSDP2) instead of DDP")
     p.add_argument("--ddp_find_unused_parameters", type=cli.boolean, default=False, metavar="true|false",
                    help="DDP keeps its first gradient buckets (a resume with more than two ranks is then bit for bit)")
-    cli.one_line_parser_errors(p)
-    args = p.parse_args(argv)
-    for name in ("max_steps", "save_steps", "batch_size", "logging_steps", "max_length"):
-        if getattr(args, name) <= 0:
-            raise cli.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
-    if args.dataloader_num_workers < 0:
-        raise cli.UsageError(f"--dataloader_num_workers must be 0 or more, got {args.dataloader_num_workers}")
-    return args
+    return p
 
 
 def check_args(argv: list[str]) -> None:

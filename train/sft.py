@@ -202,21 +202,30 @@ def _parse(argv: list[str], denv: distenv.DistEnv):
     cli.reject_old_config_keys(argv, RENAMED)
     from train import hf  # imports transformers: after the cheap checks
 
-    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
-
-    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    parser = arg_parser()
     parser.set_defaults(**hf.capability_defaults(denv))
     return hf.parse_or_usage_error(parser, lambda: parser.parse_args_and_config(argv))
+
+
+# Beyond what the parser requires: (options of which one is given, the refusal). check_args, and a
+# plain render's parse from the option list (train.args_check writes these into it).
+NEEDED = ((("--model_name_or_path",), "--model_name_or_path is required"),
+          (("--dataset_name",), "--dataset_name is required"))
+
+
+def arg_parser():
+    """TRL's own parser of this entry point's command line (its option list: train.args_check)."""
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    return TrlParser((ScriptArguments, SFTConfig, ModelConfig))
 
 
 def check_args(argv: list[str]) -> None:
     """The command line as a job would read it, before the queue wait (train.args_check): it parses,
     and names a model and a data set. Paths are the job's to check: they may be the nodes' own."""
     script_args, _, model_args = _parse(argv, distenv.setup({}))
-    for flag, value in (("--model_name_or_path", model_args.model_name_or_path),
-                        ("--dataset_name", script_args.dataset_name)):
-        if not value:
-            raise cli.UsageError(f"{flag} is required")
+    cli.check_needed(NEEDED, {"--model_name_or_path": model_args.model_name_or_path,
+                              "--dataset_name": script_args.dataset_name})
 
 
 def _main(argv: list[str]) -> dict | None:

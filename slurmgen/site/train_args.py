@@ -1,9 +1,11 @@
 """The training arguments of slurmgen's own entry points, judged before the queue wait. A missing model
 costs nothing to see: `render` warns, `check` fails, `submit` refuses. `-- --max_stepz 100` or
 `--learning_rate abc` are judged by the entry point's own parser (train.args_check, TRL's or
-transformers'), which imports torch: seconds, so only `check` and `render --check` run it, as a program
-started early (the cluster is asked meanwhile); an accepted command line is remembered
-(~/.cache/slurmgen) until the entry point or the libraries change."""
+transformers'), which imports torch: seconds. `check` and `render --check` run it each time (an
+accepted command line is remembered in ~/.cache/slurmgen until the entry point or the libraries
+change); it also leaves the parser's option list there, against which a plain `render`, `submit` or
+`slurmgen.Job` parses in milliseconds (site/train_options.py). The first of those with a new Python,
+TRL or transformers runs the parser itself, once."""
 
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ MODEL_FLAGS = ("--model_name_or_path", "--model-name-or-path")
 
 def _stamp(module: str) -> str:
     """What a verdict depends on besides the arguments: this Python, the entry point and its checker,
-    and the installed TRL and transformers (their files' times)."""
+    and the installed TRL, transformers and torch (their files' times)."""
     files = [os.path.join(ROOT, *module.split(".")) + ".py", os.path.join(ROOT, "train", "args_check.py")]
-    for name in ("trl", "transformers"):
+    for name in ("trl", "transformers", "torch"):
         try:
             found = importlib.util.find_spec(name)
         except (ImportError, ValueError):
@@ -36,30 +38,47 @@ def _stamp(module: str) -> str:
 
 
 def _cache_path(module: str, lists: list) -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """Where an accepted command line is remembered."""
     key = hashlib.sha256(f"{_stamp(module)}\n{module}\n{json.dumps(lists)}".encode("utf-8", "surrogateescape"))
-    return os.path.join(base, "slurmgen", "train-args", key.hexdigest())
+    return os.path.join(_cache_dir(), key.hexdigest())
 
 
-def _remember(path: str) -> None:
+def _options_path(module: str) -> str:
+    """Where the module's option list is kept for these libraries (train.args_check writes it)."""
+    return os.path.join(_cache_dir(), "options-" + hashlib.sha256(f"{_stamp(module)}\n{module}".encode()).hexdigest())
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "slurmgen", "train-args")
+
+
+def _remember(path: str, text: str = "") -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "w").close()
+        with open(path, "w") as out:
+            out.write(text)
     except OSError:
         pass  # a read-only home: checked again next time
 
 
 class ArgsCheck:
-    """One parse of a job's training arguments (one list per run of a sweep), in the background."""
+    """One parse of a job's training arguments (one list per run of a sweep) by the entry point's own
+    parser, in the background; it leaves the parser's option list in the cache too."""
 
     def __init__(self, module: str, lists: list[list[str]]):
         self.module, self.cached, self.proc = module, _cache_path(module, lists), None
         if os.path.exists(self.cached):
             return
+        self.options = _options_path(module)
+        try:
+            os.makedirs(os.path.dirname(self.options), exist_ok=True)
+        except OSError:
+            self.options = None  # a read-only home: no list kept, the parse still runs
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
         arg = json.dumps(lists, ensure_ascii=True)  # undecodable bytes (surrogates) travel as \\u escapes
-        self.proc = subprocess.Popen(tool_command("train.args_check", [module, arg]), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(tool_command("train.args_check", [module, arg, *filter(None, [self.options])]),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def verdict(self) -> tuple[str, bool]:
         """(line, refused): the parser's refusal (refused), or a line saying the arguments were not
@@ -76,6 +95,49 @@ class ArgsCheck:
                     f" ({why.split(': ', 1)[-1]}; pip install 'slurmgen[train]')"), False
         _remember(self.cached)
         return "", False
+
+    def parser_missing(self) -> bool:
+        """The parser could not even be built here (no TRL): no option list was written."""
+        return (self.proc is not None and self.options is not None and self.proc.returncode not in (0, 2)
+                and not os.path.exists(self.options))
+
+
+class QuickCheck:
+    """A plain render's or submit's parse: against the option list the parser left in the cache, in
+    milliseconds; the parser itself where there is no list yet for these libraries (seconds, once)."""
+
+    def __init__(self, module: str, lists: list[list[str]]):
+        self.module, self.full, self.found = module, None, ("", False)
+        if os.path.exists(_cache_path(module, lists)):
+            return  # accepted before
+        listing = _read_listing(module)
+        if listing is None:
+            self.full = ArgsCheck(module, lists)
+        elif "cannot_run" in listing:
+            self.found = listing["cannot_run"], False
+        else:
+            from slurmgen.site.train_options import first_refusal
+
+            refusal = first_refusal(listing, lists)
+            if refusal:
+                self.found = f"training arguments for {module}: {refusal} (its own parser's verdict)", True
+
+    def verdict(self) -> tuple[str, bool]:
+        """As ArgsCheck.verdict."""
+        if self.full is None:
+            return self.found
+        line, refused = self.full.verdict()
+        if self.full.parser_missing():  # said once a render, not looked for again until TRL changes
+            _remember(_options_path(self.module), json.dumps({"cannot_run": line}))
+        return line, refused
+
+
+def _read_listing(module: str) -> Optional[dict]:
+    try:
+        with open(_options_path(module)) as found:
+            return json.load(found)
+    except (OSError, ValueError):
+        return None
 
 
 def missing_model(spec, runs=()) -> str:
@@ -100,7 +162,10 @@ def _shipped(spec, runs=()) -> tuple[str, list[list[str]]]:
     return name, [list(run.train_args) for run in runs] or [list(spec.train_args)]
 
 
-def start(spec, runs=()) -> Optional[ArgsCheck]:
-    """The parse of a job's training arguments, started; None for a target slurmgen does not ship."""
+def start(spec, runs=(), full: bool = True):
+    """The parse of a job's training arguments, started (full: by the parser itself, as `check` does;
+    else against its option list); None for a target slurmgen does not ship."""
     name, lists = _shipped(spec, runs)
-    return ArgsCheck(name, lists) if name else None
+    if not name:
+        return None
+    return ArgsCheck(name, lists) if full else QuickCheck(name, lists)

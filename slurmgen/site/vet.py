@@ -2,11 +2,15 @@
 submit): the script parses (bash -n), no GPU count, partition, node count or feature is beyond what
 the cluster has (sinfo), a shipped entry point is given a model, and a --script that would start again
 from step 0 after a requeue is said.
-`check` and `render --check` also parse the training arguments with the entry point's own parser
-(seconds: TRL's import), never a plain render or submit. The slow ones start at once and are read last."""
+`check` and `render --check` parse the training arguments with the entry point's own parser (seconds:
+TRL's import); a plain render, submit or Job against that parser's option list (milliseconds; the
+parser itself the first time with these libraries). The slow ones start at once and are read last."""
 
 from __future__ import annotations
 
+import time
+
+from slurmgen.plan.words import SpecError
 from slurmgen.site import limits, shell_syntax, train_args
 
 # check's result line when the training arguments would stop every rank
@@ -15,7 +19,8 @@ ARGS_FAIL = "the layout can run, but the training arguments would fail on every 
 
 def start(spec, ask_cluster: bool = True, parse_args: bool = False) -> "Vetting":
     """The checks, started (a sweep's runs each have their training arguments): they run while the
-    command renders or submits. parse_args: also the entry point's own parser (check only)."""
+    command renders or submits. parse_args: the training arguments by the entry point's own parser,
+    for check's verdict (else against its option list, refused by judge())."""
     from slurmgen.plan import sweep
 
     runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args) if spec.sweep else ()
@@ -24,17 +29,18 @@ def start(spec, ask_cluster: bool = True, parse_args: bool = False) -> "Vetting"
 
 class Vetting:
     def __init__(self, spec, runs=(), ask_cluster: bool = True, parse_args: bool = False):
-        self.spec = spec
+        self.spec, self.full, self.started = spec, parse_args, time.monotonic()
         self.asking = limits.Asking() if ask_cluster else limits.NoAnswer()
         self.no_model = train_args.missing_model(spec, runs)  # "" or the line saying so
         # with no model the check has its finding already; the parser would only repeat it
-        self.args = train_args.start(spec, runs) if parse_args and not self.no_model else None
+        self.args = None if self.no_model else train_args.start(spec, runs, full=parse_args)
 
     def judge(self, scripts=(), resume_advice: bool = True, places: bool = True) -> list[str]:
-        """Raises SpecError (one line) for a value that would fail after the queue wait; returns the
-        warnings to show beside the summary (a run that never resumes). The model and the training
-        arguments are the caller's: see no_model and findings(). places: partitions, node counts and
-        features too (check's verdict says those per component instead)."""
+        """Raises SpecError (one line) for a value that would fail after the queue wait, the training
+        arguments' parse included (but where check's verdict says it: findings()); returns the
+        warnings to show beside the summary (a run that never resumes, arguments not checked). The
+        model is the caller's: see no_model. places: partitions, node counts and features too
+        (check's verdict says those per component instead)."""
         spec = self.spec
         for text in scripts:
             shell_syntax.check_script(text, spec.setup)
@@ -45,7 +51,18 @@ class Vetting:
             limits.check_places(spec, nodes, self.asking.default)
         limits.check_gpus(spec, nodes)
         advice = _never_resumes(spec) if resume_advice else []
-        return [f"warning: {line}" for line in advice]
+        said = []
+        if self.args is not None and not self.full:
+            line, refused = self.args.verdict()
+            if refused:
+                raise SpecError(line)
+            advice += [line] if line else []
+            first = getattr(self.args, "full", None)
+            if first is not None and first.proc is not None and not line:  # the seconds a user waited, said once
+                said.append(f"the training arguments were parsed by {self.args.module}'s own parser (its import:"
+                            f" {time.monotonic() - self.started:.0f} s, once for these libraries; from now on"
+                            " its option list, kept in ~/.cache/slurmgen, is read)")
+        return [f"warning: {line}" for line in advice] + said
 
     def findings(self, verdict):
         """check's verdict with the training arguments' findings: no model, or the parser's refusal,

@@ -217,7 +217,7 @@ def submit_command(folder, detach, local, attach_to, interval, **params):
     try:
         spec = spec_from_options(params)
         check_submittable(spec, click.get_current_context().command_path)  # as typed: slurmgen submit, python -m ...
-        vetting = vet.start(spec, ask_cluster=not local)  # never the training arguments' parser: seconds
+        vetting = vet.start(spec, ask_cluster=not local)  # the training arguments against their option list
         notes = vetting.judge()  # what would fail after the queue wait: setup lines, GPUs
         spec, snapshot = take(spec, folder)  # the code every run runs (--no-snapshot: none)
     except SpecError as err:

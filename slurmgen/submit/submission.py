@@ -4,7 +4,8 @@
     from slurmgen.submit.submission import submit_job
 
     spec = JobSpec(gpus=(1, 1, 2, 2), module="train.sft",
-                   train_args=("--model_name_or_path", "lm", "--output_dir", "runs/sft")).validate()
+                   train_args=("--model_name_or_path", "lm", "--dataset_name", "d.jsonl",
+                               "--output_dir", "runs/sft")).validate()
     job = submit_job(spec)                 # returns once Slurm accepted the job
     job.wait(progress=print)               # Status(state, restarts, progress) at every change
     metrics = job.result()                 # rank 0's metrics; JobFailed names the failing task
