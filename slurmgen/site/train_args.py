@@ -127,7 +127,7 @@ class QuickCheck:
         if self.full is None:
             return self.found
         line, refused = self.full.verdict()
-        if self.full.parser_missing():  # said once a render, not looked for again until TRL changes
+        if self.full.parser_missing():  # later renders say so without trying again, until the libraries change
             _remember(_options_path(self.module), json.dumps({"cannot_run": line}))
         return line, refused
 
