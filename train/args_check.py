@@ -15,6 +15,7 @@ where this program takes seconds for TRL's import.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -45,17 +46,19 @@ def first_error(module: str, lists: list[list[str]]) -> str | None:
 
 # A value no type function accepts: its refusal, with the value in it, is the template of every refusal.
 PROBE = "slurmgen-probe"
-BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0", "on", "off")
+BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0", "on", "off", "none", "null")
 
 
 def _kind(action) -> dict:
-    """How an option's value is judged: int, float, one of choices, a boolean word (with its parser's
-    own refusal), or any text (a type slurmgen cannot judge without the library: dict, json)."""
+    """How an option's value is judged: int or float (or a word for None, where transformers takes one),
+    one of choices, a boolean word (with its parser's own refusal), or any text (a type slurmgen
+    cannot judge without the library: dict, json; check's full parse judges those)."""
     if action.choices is not None:
         return {"kind": "choice", "choices": [str(getattr(c, "value", c)) for c in action.choices]}
     convert = action.type
-    if convert in (int, float):
-        return {"kind": convert.__name__}
+    if getattr(convert, "__name__", "") in ("int", "float"):  # int itself, or transformers' wrapper of it
+        return {"kind": convert.__name__, "nulls": [w for w in ("none", "null") if _accepts(convert, w)],
+                "nocase": _accepts(convert, "NoNe")}
     if callable(convert) and getattr(convert, "__name__", "") in ("string_to_bool", "boolean"):
         try:
             convert(PROBE)
@@ -80,8 +83,8 @@ def options(module: str) -> dict:
     entry = importlib.import_module(module)
     parser = entry.arg_parser()
     found = [{"flags": list(action.option_strings), "nargs": action.nargs, "required": bool(action.required),
-              "const": action.const is not None, **_kind(action)}
-             for action in parser._actions]  # argparse has no public list of its options
+              "const": action.const is not None, "ends": isinstance(action, argparse._HelpAction), **_kind(action)}
+             for action in parser._actions]  # argparse has no public list of its options (ends: --help)
     hf = hasattr(parser, "parse_args_into_dataclasses")
     return {"module": module, "options": found, "abbrev": parser.allow_abbrev, "unused": "hf" if hf else "argparse",
             "config_file": hasattr(parser, "parse_args_and_config"),  # TRL: --config FILE is read before parsing

@@ -16,6 +16,15 @@ class Refused(Exception):
     """The parser's refusal of an argument list, its one line."""
 
 
+class _Ended(Exception):
+    """--help: the parser prints its help and ends the program there, accepting the line."""
+
+
+class _End(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise _Ended()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print its usage text and exit
         raise Refused(message)
@@ -33,6 +42,8 @@ def first_refusal(listing: dict, lists: list[list[str]]) -> str:
             values, unused = _build(listing, required=not config).parse_known_args(argv)
         except Refused as refusal:
             return str(refusal)
+        except _Ended:
+            continue
         if unused:
             return (f"Some specified arguments are not used by the HfArgumentParser: {unused}"
                     if listing["unused"] == "hf" else f"unrecognized arguments: {' '.join(unused)}")
@@ -47,8 +58,9 @@ def _build(listing: dict, required: bool = True) -> _Parser:
     for option in listing["options"]:
         if not option["flags"]:
             continue  # a positional: none of the shipped parsers has one
-        if option["nargs"] == 0:  # a flag (--help, --no_bf16): present or not
-            parser.add_argument(*option["flags"], action="store_true")
+        if option["nargs"] == 0:  # a flag (--no_bf16): present or not; --help ends the parse
+            parser.add_argument(*option["flags"], **({"action": _End, "nargs": 0} if option.get("ends")
+                                                      else {"action": "store_true"}))
             continue
         settings = {"nargs": option["nargs"], "required": option["required"] and required, "type": _convert(option)}
         if option["kind"] == "choice":
@@ -64,7 +76,13 @@ def _convert(option: dict):
     ("invalid float value: 'abc'"), and a boolean's refusal is its parser's own text."""
     kind = option["kind"]
     if kind in ("int", "float"):
-        return {"int": int, "float": float}[kind]
+        number, nulls, nocase = {"int": int, "float": float}[kind], option.get("nulls", ()), option.get("nocase")
+
+        def convert(value: str):
+            return value if (value.lower() if nocase else value) in nulls else number(value)
+
+        convert.__name__ = kind  # argparse names the type in its refusal: "invalid int value: 'x'"
+        return convert
     if kind == "bool":
         words, nocase, refusal, probe = set(option["words"]), option["nocase"], option["refusal"], option["probe"]
 
