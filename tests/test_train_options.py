@@ -57,7 +57,8 @@ SFT_WORDS = ["--learning_rate", "--learning-rate", "--bf16", "--no_bf16", "--lr_
              "--max_steps", "--optim", "adamw_torch", "--report_to", "none", "--gradient_checkpointing",
              "--eval_strategy", "steps", "no", "--packing", "--use_peft", "--lora_target_modules", "q_proj",
              "--fsdp", "full_shard", "--fsdp_config", "{}", "--max_length", "--learn", "--model_name_or_path", "m",
-             "--dataset_name", "d", "--max_stepz", "-h", "", "abc", "3e-4", "-1", "yes", "TRUE", "\x00", "é名"]
+             "--dataset_name", "d", "--max_stepz", "-h", "", "abc", "3e-4", "-1", "yes", "TRUE", "None", "null",
+             "\x00", "é名"]
 
 
 def test_trls_option_list_judges_as_trls_parser():
