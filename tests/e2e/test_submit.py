@@ -125,7 +125,8 @@ def test_failing_training_argument(cluster, assets, tmp_path):
 @pytest.mark.timeout(120)
 def test_detach_returns_job_id_squeue_knows(cluster, tmp_path):
     proc = run_submit(tmp_path, ["--detach", "--nodes", "2", "--gpus", "1"],  # submit refuses a job without a model
-                      ["--model_name_or_path", str(tmp_path / "lm"), "--output_dir", str(tmp_path / "run")], timeout=60)
+                      ["--model_name_or_path", str(tmp_path / "lm"), "--dataset_name", str(tmp_path / "data.jsonl"),
+                       "--output_dir", str(tmp_path / "run")], timeout=60)  # or data (train.sft's parser needs it)
     assert proc.returncode == 0, proc.stderr
     job_id = job_id_of(proc)
     try:
