@@ -120,6 +120,25 @@ def test_stuck_ranks_count_from_the_first_beat():
     assert stacks.ranges([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
 
 
+def test_ranks_that_ended_their_script_are_no_hang_and_one_that_did_not_is(tmp_path, monkeypatch):
+    """A finished run whose launcher winds down past the timeout (torchrun's exit barrier) is no hang:
+    each rank left its end mark. A rank without one among them is still named (CI run 37: a hang
+    report for a plain loop that had finished)."""
+    folder = tmp_path / "hb"
+    folder.mkdir()
+    for rank in range(3):
+        (folder / f"rank-{rank}").write_text(f"{rank} 38 1000.000 node{rank + 1} 1{rank}\n")
+        (folder / f"ended-{rank}").write_text("")
+    monkeypatch.setattr(hangs, "ask_for_stacks", lambda *args, **kwargs: None)  # no srun: the stacks are not the point
+    report, said = tmp_path / "hang-report.txt", []
+    look = lambda: hangs.check(folder, 10, 3, report, [("-", "node[1-3]")], "7", say=said.append)  # noqa: E731
+    assert look() is None and not report.exists() and said == []
+    (folder / "ended-1").unlink()  # rank 1 never reached its end: it is stuck, the others are not
+    found = look()
+    assert found is not None and report.exists()
+    assert said[0].startswith("slurmgen: hang: no progress for "), said
+
+
 def test_a_save_within_its_allowance_is_no_hang_and_one_past_it_is(tmp_path):
     """Rank 0 writes a checkpoint (its beat says "save 600") while rank 1 waits for it, its beat
     older than the hang timeout: nobody is stuck until the save outlasts its allowance."""

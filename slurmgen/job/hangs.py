@@ -214,7 +214,11 @@ def check(folder: Path, timeout: float, world: int, report: Path, groups: list[t
     summary printed; returns (summary lines, suspect node). None while every rank advances."""
     beats = {r: b for r, b in (read_beats(folder) if beats is None else beats).items() if b.time >= since}
     now = time.time()
-    stuck = stuck_ranks(beats, world, now, timeout)
+    # A rank whose script reached its end (train.script_end's mark, this run's) is not stuck: it is in
+    # Python's exit or gone while its launcher winds down (torchrun's exit barrier), which may take
+    # longer than the timeout after a finished run (seen in CI: a hang report for a finished job).
+    stuck = [r for r in stuck_ranks(beats, world, now, timeout)
+             if not (folder / contract.ENDED_FILE.format(rank=r)).exists()]
     if not stuck:
         return None
     idle = now - min((beats[r].time for r in stuck if r in beats), default=now - timeout)
