@@ -37,15 +37,15 @@ def _stamp(module: str) -> str:
     return "\n".join([sys.executable, *(f"{f}:{os.stat(f).st_mtime_ns if os.path.exists(f) else ''}" for f in files)])
 
 
-def _cache_path(module: str, lists: list) -> str:
-    """Where an accepted command line is remembered."""
-    key = hashlib.sha256(f"{_stamp(module)}\n{module}\n{json.dumps(lists)}".encode("utf-8", "surrogateescape"))
+def _cache_path(module: str, lists: list, stamp: str) -> str:
+    """Where an accepted command line is remembered (stamp: _stamp(module), read once a check)."""
+    key = hashlib.sha256(f"{stamp}\n{module}\n{json.dumps(lists)}".encode("utf-8", "surrogateescape"))
     return os.path.join(_cache_dir(), key.hexdigest())
 
 
-def _options_path(module: str) -> str:
+def _options_path(module: str, stamp: str) -> str:
     """Where the module's option list is kept for these libraries (train.args_check writes it)."""
-    return os.path.join(_cache_dir(), "options-" + hashlib.sha256(f"{_stamp(module)}\n{module}".encode()).hexdigest())
+    return os.path.join(_cache_dir(), "options-" + hashlib.sha256(f"{stamp}\n{module}".encode()).hexdigest())
 
 
 def _cache_dir() -> str:
@@ -66,11 +66,12 @@ class ArgsCheck:
     """One parse of a job's training arguments (one list per run of a sweep) by the entry point's own
     parser, in the background; it leaves the parser's option list in the cache too."""
 
-    def __init__(self, module: str, lists: list[list[str]]):
-        self.module, self.cached, self.proc = module, _cache_path(module, lists), None
+    def __init__(self, module: str, lists: list[list[str]], stamp: Optional[str] = None):
+        stamp = _stamp(module) if stamp is None else stamp
+        self.module, self.cached, self.proc = module, _cache_path(module, lists, stamp), None
         if os.path.exists(self.cached):
             return
-        self.options = _options_path(module)
+        self.options = _options_path(module, stamp)
         try:
             os.makedirs(os.path.dirname(self.options), exist_ok=True)
         except OSError:
@@ -108,11 +109,13 @@ class QuickCheck:
 
     def __init__(self, module: str, lists: list[list[str]]):
         self.module, self.full, self.found = module, None, ("", False)
-        if os.path.exists(_cache_path(module, lists)):
+        stamp = _stamp(module)  # find_spec and stat of the libraries: once for every path below
+        if os.path.exists(_cache_path(module, lists, stamp)):
             return  # accepted before
-        listing = _read_listing(module)
+        self.options = _options_path(module, stamp)
+        listing = _read_listing(self.options)
         if listing is None:
-            self.full = ArgsCheck(module, lists)
+            self.full = ArgsCheck(module, lists, stamp)
         elif "cannot_run" in listing:
             self.found = listing["cannot_run"], False
         else:
@@ -128,13 +131,13 @@ class QuickCheck:
             return self.found
         line, refused = self.full.verdict()
         if self.full.parser_missing():  # later renders say so without trying again, until the libraries change
-            _remember(_options_path(self.module), json.dumps({"cannot_run": line}))
+            _remember(self.options, json.dumps({"cannot_run": line}))
         return line, refused
 
 
-def _read_listing(module: str) -> Optional[dict]:
+def _read_listing(path: str) -> Optional[dict]:
     try:
-        with open(_options_path(module)) as found:
+        with open(path) as found:
             return json.load(found)
     except (OSError, ValueError):
         return None
