@@ -125,6 +125,10 @@ class QuickCheck:
             if refusal:
                 self.found = f"training arguments for {module}: {refusal} (its own parser's verdict)", True
 
+    def ran_parser(self) -> bool:
+        """The parser itself ran (no option list yet for these libraries): seconds a user waited."""
+        return self.full is not None and self.full.proc is not None
+
     def verdict(self) -> tuple[str, bool]:
         """As ArgsCheck.verdict."""
         if self.full is None:

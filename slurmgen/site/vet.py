@@ -57,8 +57,7 @@ class Vetting:
             if refused:
                 raise SpecError(line)
             advice += [line] if line else []
-            first = getattr(self.args, "full", None)
-            if first is not None and first.proc is not None and not line:  # the seconds a user waited, said once
+            if self.args.ran_parser() and not line:  # the seconds a user waited, said once
                 said.append(f"the training arguments were parsed by {self.args.module}'s own parser (its import:"
                             f" {time.monotonic() - self.started:.0f} s, once for these libraries; from now on"
                             " its option list, kept in ~/.cache/slurmgen, is read)")
