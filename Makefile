@@ -16,11 +16,14 @@ CLUSTER_TESTS ?= cluster
 # Which Slurm the cluster runs: system (Debian's 22.05) or a version built from ../shared/slurm
 # (24.11, 25.11): `make test SLURM=25.11`.
 SLURM ?= system
+# LIFECYCLE=0: `make test` skips tests/cluster_lifecycle.sh (the up/down cycles of the local cluster),
+# which CI runs once with `make lifecycle` before it starts two clusters side by side.
+LIFECYCLE ?= 1
 export SLURMGEN_SLURM := $(SLURM)
 SLURM_BIN := $(shell bash $(CLUSTER) bin --slurm $(SLURM) 2>/dev/null)
 TEST_PATH := $(CURDIR)/$(VENV)/bin:$(if $(SLURM_BIN),$(SLURM_BIN):)$(PATH)
 
-.PHONY: venv system-deps test unit demo bench docs cluster-up cluster-down clean
+.PHONY: venv system-deps test unit demo bench docs lifecycle cluster-up cluster-down clean
 
 venv: $(VENV)/.installed
 
@@ -52,7 +55,7 @@ system-deps:
 test: venv system-deps
 	@started=0; \
 	if [ "$$(id -u)" = 0 ]; then \
-		PATH="$(TEST_PATH)" bash tests/cluster_lifecycle.sh || exit 1; \
+		if [ "$(LIFECYCLE)" = 1 ]; then PATH="$(TEST_PATH)" bash tests/cluster_lifecycle.sh || exit 1; fi; \
 		if $(CLUSTER) status >/dev/null 2>&1; then $(CLUSTER) up --slurm $(SLURM) || exit 1; \
 		else $(CLUSTER) up --slurm $(SLURM) && started=1 || exit 1; fi; \
 	fi; \
@@ -79,6 +82,9 @@ bench: venv
 # anchor or include fails the build. Offline: no plugin fetches anything.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -f docs/mkdocs.yml -d $(CURDIR)/build/site
+
+lifecycle: venv system-deps
+	@PATH="$(TEST_PATH)" bash tests/cluster_lifecycle.sh
 
 cluster-up: system-deps
 	$(CLUSTER) up

@@ -51,11 +51,20 @@
 #   SLURMGEN_CLUSTER_NONS=1   force the 127.0.0.1 fallback (no network namespaces)
 #   SLURMGEN_CLUSTER_TIMEOUT  seconds `up` waits for every node to be idle [30]
 #   SLURMGEN_CLUSTER_PROFILE  the profile when --profile is not given [auto]
+#   SLURMGEN_CLUSTER_PREFIX   names of its bridge, veths and namespaces [sgc]; another prefix makes
+#                             a second cluster beside the first (see below)
+#   SLURMGEN_CLUSTER_FIRST_JOB  its first job id, and its block of a million ids [1]
 #
 # The config is written to $SLURMGEN_CLUSTER_DIR/etc/slurm.conf and /etc/slurm/slurm.conf is made
 # a symlink to it (an existing file is kept as /etc/slurm/slurm.conf.slurmgen-backup and restored
 # by `down`), so plain sbatch/srun/scontrol/sinfo find it from the host shell and inside jobs.
-# One such cluster per machine. Needs root.
+# Needs root.
+#
+# A second cluster beside the first (CI runs two at once), with its own SLURMGEN_CLUSTER_DIR,
+# _NET, _PORT, _PREFIX and _FIRST_JOB (1000001: both share the nodes' cgroup roots, slurm_nodeN,
+# and /tmp, which are told apart by job id): it leaves /etc/slurm/slurm.conf and /etc/hosts to the
+# first, so its clients need SLURM_CONF=$SLURMGEN_CLUSTER_DIR/etc/slurm.conf, and its nodes see
+# its own names through a hosts file mounted over /etc/hosts in their mount namespaces.
 #
 # Slurm versions: "system" is Debian's (22.05.8). 24.11 and 25.11 are built from the release
 # tarballs in $SLURMGEN_SLURM_SOURCES (default: shared/slurm beside or inside the checkout),
@@ -84,7 +93,14 @@ CGROUP_ROOT=/sys/fs/cgroup
 CGROUP_CONTROLLERS=(cpuset memory devices)   # what task/cgroup's Constrain* settings use
 GRACE_TIME=30                                 # seconds a preempted job has to checkpoint
 
-PREFIX=sgc                      # names of our bridge (sgcbr0), veths (sgcvN), netns (sgc-nodeN)
+PREFIX=${SLURMGEN_CLUSTER_PREFIX:-sgc}   # names of our bridge (sgcbr0), veths (sgcvN), netns (sgc-nodeN)
+[[ $PREFIX =~ ^[a-z][a-z0-9]{0,5}$ ]] || { echo "localcluster: SLURMGEN_CLUSTER_PREFIX wants 1 to 6 lower-case letters and digits (got '$PREFIX')" >&2; exit 2; }
+# The first cluster (prefix sgc) owns /etc/slurm/slurm.conf and the /etc/hosts block; others do not.
+OWNS_ETC=0
+[[ $PREFIX == sgc ]] && OWNS_ETC=1
+FIRST_JOB=${SLURMGEN_CLUSTER_FIRST_JOB:-1}
+[[ $FIRST_JOB =~ ^[1-9][0-9]{0,7}$ ]] || { echo "localcluster: SLURMGEN_CLUSTER_FIRST_JOB wants a positive number below 10^8 (got '$FIRST_JOB')" >&2; exit 2; }
+JOB_BLOCK=1000000               # the ids FIRST_JOB.. are this cluster's: its cgroups and /tmp folders
 BRIDGE=${PREFIX}br0
 ETC_CONF=/etc/slurm/slurm.conf
 BACKUP=/etc/slurm/slurm.conf.slurmgen-backup
@@ -93,6 +109,8 @@ HOSTS_BEGIN="# BEGIN slurmgen-cluster (tests/localcluster.sh; removed by 'down')
 HOSTS_END="# END slurmgen-cluster"
 
 CONF=$STATE/etc/slurm.conf
+# every client this script runs asks this cluster (a second one's config is not /etc/slurm's)
+export SLURM_CONF=$CONF
 LAYOUT=$STATE/layout            # written by `up`, removed by `down`: the cluster's shape
 RUN=$STATE/run                  # pid files and namespace records
 
@@ -438,7 +456,7 @@ leftovers() {
         [[ -d /proc/$(head -n1 "$f" 2>/dev/null || echo x) ]] && return 0
     done
     [[ -n $(our_netns) || -n $(our_links) ]] && return 0
-    hosts_block_present && return 0
+    [[ $OWNS_ETC == 1 ]] && hosts_block_present && return 0
     conf_is_ours && return 0
     [[ -n $(our_cgroups) ]] && return 0
     return 1
@@ -461,11 +479,30 @@ why_no_production() {
     done
 }
 
-# our_cgroups: the cgroup roots our slurmds made (task/cgroup, one slurm_nodeN root per slurmd)
+# own_job ID: the job id is in this cluster's block (FIRST_JOB and the JOB_BLOCK ids after it)
+own_job() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= FIRST_JOB && 10#$1 < FIRST_JOB + JOB_BLOCK)); }
+
+# other_clusters_up: a slurmctld of another local cluster (another config) runs on this machine
+other_clusters_up() {
+    local line
+    while read -r line; do
+        [[ -n $line && $line != *" -f $CONF"* ]] && return 0
+    done < <(pgrep -af -- 'slurmctld -c -f ' || true)
+    return 1
+}
+
+# our_cgroups: the cgroups our slurmds made (task/cgroup, one slurm_nodeN root per slurmd): our
+# jobs' (uid_U/job_J), and the roots themselves unless another local cluster shares them
 our_cgroups() {
-    local d
-    for d in "$CGROUP_ROOT"/*/slurm_node[0-9]*; do
-        [[ -d $d ]] && printf '%s\n' "$d"
+    local d shared=1
+    other_clusters_up && shared=0
+    local root
+    for root in "$CGROUP_ROOT"/*/slurm_node[0-9]*; do
+        [[ -d $root ]] || continue
+        if [[ $shared == 1 ]]; then printf '%s\n' "$root"; continue; fi
+        for d in "$root"/uid_*/job_*; do
+            [[ -d $d ]] && own_job "${d##*/job_}" && printf '%s\n' "$d"
+        done
     done
     return 0
 }
@@ -501,8 +538,9 @@ all_nodes_in() {
 write_conf() {
     local ctld_addr=$1 host i g port addr
     host=$(short_host)
-    local first_job=1
+    local first_job=$FIRST_JOB
     [[ -s $STATE/next_job_id ]] && first_job=$(cat "$STATE/next_job_id")
+    own_job "$first_job" || first_job=$FIRST_JOB
     mkdir -p "$STATE/etc"
     {
         cat <<EOF
@@ -735,16 +773,19 @@ start_slurmd() {
     [[ $MODE == netns ]] && pre=(nsenter "--net=/run/netns/$PREFIX-node$i")
     local -a uts=()
     [[ $USE_UTS == 1 ]] && uts=(--uts)
+    local hosts=""
+    [[ $OWNS_ETC == 1 ]] || hosts=$STATE/etc/hosts
     # shellcheck disable=SC2016  # $1.. expand in the inner shell
     "${pre[@]}" unshare --mount --propagation private "${uts[@]}" -- sh -c '
-        name=$1 state=$2 run=$3 sd=$4 md=$5 conf=$6 uts=$7
+        name=$1 state=$2 run=$3 sd=$4 md=$5 conf=$6 uts=$7 hosts=$9
         mount --bind "$state/munge-$name" "$state/munge" || exit 1
+        [ -z "$hosts" ] || mount --bind "$hosts" /etc/hosts || exit 1
         "$md" --force --socket="$state/munge/munge.socket.2" --key-file="$state/munge-key/munge.key" \
             --pid-file="$run/munged-$name.pid" --log-file="$state/log/munged-$name.log" \
             --seed-file="$state/munge-key/munged-$name.seed" || exit 1
         [ "$uts" = 1 ] && { hostname "${8:-$name}" || exit 1; }
         exec "$sd" -f "$conf" -N "$name"' \
-        sh "$name" "$STATE" "$RUN" "$sd" "$md" "$CONF" "$USE_UTS" "$(other_host_name "$i" "")" \
+        sh "$name" "$STATE" "$RUN" "$sd" "$md" "$CONF" "$USE_UTS" "$(other_host_name "$i" "")" "$hosts" \
         >"$STATE/log/slurmd-$name.stdout" 2>&1 9>&-
 }
 
@@ -889,14 +930,24 @@ cmd_up() {
     else
         lines=("127.0.0.1 $(node_names | tr '\n' ' ')")
     fi
-    add_hosts_block "${lines[@]}"
+    mkdir -p "$STATE/etc"
+    if [[ $OWNS_ETC == 1 ]]; then
+        add_hosts_block "${lines[@]}"
+    else
+        # the nodes' own /etc/hosts: this cluster's names first, then the machine's without the
+        # first cluster's block (its node names are the same)
+        { printf '%s\n' "${lines[@]}"; awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
+            $0 == b { skip = 1; next } skip && $0 == e { skip = 0; next } !skip { print }' "$HOSTS"; } >"$STATE/etc/hosts"
+    fi
 
     local ctld_addr=127.0.0.1
     [[ $MODE == netns ]] && ctld_addr=$NET.1
     write_conf "$ctld_addr"
-    install_conf_link
-    # a built Slurm's clients read their own etc/slurm.conf
-    [[ -n $SLURM_PREFIX ]] && ln -sfn "$CONF" "$SLURM_PREFIX/etc/slurm.conf"
+    if [[ $OWNS_ETC == 1 ]]; then
+        install_conf_link
+        # a built Slurm's clients read their own etc/slurm.conf
+        [[ -n $SLURM_PREFIX ]] && ln -sfn "$CONF" "$SLURM_PREFIX/etc/slurm.conf"
+    fi
 
     start_munged
     slurmctld -c -f "$CONF" >"$STATE/log/slurmctld.stdout" 2>&1 9>&- || fail_up "slurmctld failed to start"
@@ -933,7 +984,7 @@ ctld_answers() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
 print_usage() {
     cat <<EOF
   state dir: $STATE  (logs in $STATE/log, config in $STATE/etc)
-  config:    $ETC_CONF -> $CONF  (plain sbatch/srun/scontrol/sinfo find it)
+  config:    $(if [[ $OWNS_ETC == 1 ]]; then echo "$ETC_CONF -> $CONF  (plain sbatch/srun/scontrol/sinfo find it)"; else echo "$CONF  (a second cluster: export SLURM_CONF=$CONF)"; fi)
   nodes:     $(node_names | tr '\n' ' ')partition debug (default), MaxTime=INFINITE
 EOF
     if [[ $MODE == netns ]]; then
@@ -1023,12 +1074,19 @@ cmd_down() {
         teardown_net
         say "removed network namespaces and links"
     fi
-    remove_hosts_block
-    restore_conf
-    [[ -n ${SLURM_PREFIX:-} && -L $SLURM_PREFIX/etc/slurm.conf ]] && rm -f "$SLURM_PREFIX/etc/slurm.conf"
+    if [[ $OWNS_ETC == 1 ]]; then
+        remove_hosts_block
+        restore_conf
+        [[ -n ${SLURM_PREFIX:-} && $(readlink "$SLURM_PREFIX/etc/slurm.conf" 2>/dev/null) == "$CONF" ]] &&
+            rm -f "$SLURM_PREFIX/etc/slurm.conf"
+    fi
     rm -rf "$RUN" "$STATE/spool" "$LAYOUT" "$STATE"/munge-node*
-    # the nodes' /tmp is this machine's: node beat folders of ranks that were killed outright
-    rm -rf "${TMPDIR:-/tmp}"/slurmgen-beats-*
+    # the nodes' /tmp is this machine's: node beat folders (slurmgen-beats-JOB-...) of our jobs'
+    # ranks that were killed outright
+    for f in "${TMPDIR:-/tmp}"/slurmgen-beats-*; do
+        f=${f##*/slurmgen-beats-}
+        own_job "${f%%-*}" && rm -rf "${TMPDIR:-/tmp}/slurmgen-beats-$f"
+    done
     say "down (logs kept in $STATE/log)"
 }
 
