@@ -226,7 +226,73 @@ lc up
 check "up repairs a broken cluster [${LC_MS} ms]" rc_is 0
 check "status after repair exits 0" status_is 0
 check "jobs run on node1..node4 after repair" hostnames_are 4
-down_and_check "after repair"
+
+# --- a second cluster beside the first (CI runs two at once) ------------------------------------
+SECOND=$WORK/second
+second() {
+    env SLURMGEN_CLUSTER_DIR="$SECOND" SLURMGEN_CLUSTER_NET=10.213.49 SLURMGEN_CLUSTER_PORT=17017 \
+        SLURMGEN_CLUSTER_PREFIX=sgt SLURMGEN_CLUSTER_FIRST_JOB=2000001 SLURM_CONF="$SECOND/etc/slurm.conf" "$@"
+}
+# second_names: its nodes are host1/host2.cluster.test and resolve its own names to its own addresses
+second_names() {
+    local got want
+    # shellcheck disable=SC2016  # expands in the job
+    got=$(second timeout 60 srun -N2 bash -c 'a=$(getent hosts node1) b=$(getent hosts host2.cluster.test)
+        echo "$(hostname) ${a%% *} ${b%% *}"' 2>&1 | sort)
+    want=$'host1.cluster.test 10.213.49.11 10.213.49.12\nhost2.cluster.test 10.213.49.11 10.213.49.12'
+    [[ $got == "$want" ]] || { printf 'got:\n%s\nwanted:\n%s\n' "$got" "$want"; return 1; }
+}
+job_running() { [[ $(squeue -h -j "$1" -o %T 2>&1) == RUNNING ]] || { squeue -j "$1"; return 1; }; }
+nothing_of_the_second() {
+    local left=()
+    ip netns list 2>/dev/null | grep -qE '^sgt-' && left+=("netns")
+    ip -o link show 2>/dev/null | grep -qE ': sgt' && left+=("links")
+    [[ -e $SECOND/run ]] && left+=("$SECOND/run")
+    compgen -G '/sys/fs/cgroup/*/slurm_node*/uid_*/job_2[0-9][0-9][0-9][0-9][0-9][0-9]' >/dev/null && left+=("its job cgroups")
+    pgrep -f -- "-f $SECOND/etc/slurm.conf" >/dev/null && left+=("its daemons")
+    [[ ${#left[@]} -eq 0 ]] || { echo "left: ${left[*]}"; return 1; }
+}
+hosts_before=$(cat /etc/hosts)
+t0=$(date +%s%N)
+second "$LC" up --gpus 1,1 --host-names other >"$WORK/lc.out" 2>&1
+LC_RC=$?
+LC_MS=$(ms_since "$t0")
+check "a second cluster up beside the first (its own prefix, network, port, job ids) [${LC_MS} ms]" rc_is 0
+check "the second's nodes resolve its own names to its own addresses" second_names
+check "the first's /etc/hosts block and $ETC_CONF are left as they were" \
+    test "$(cat /etc/hosts)" = "$hosts_before" -a "$(readlink "$ETC_CONF")" = "$STATE/etc/slurm.conf"
+first_job=$(sbatch --parsable -N2 -o /dev/null --wrap "srun sleep 300")
+second_job=$(second sbatch --parsable -N2 -o /dev/null --wrap "srun sleep 300")
+check "the second's job ids start at its first ($second_job)" test "${second_job:-0}" -ge 2000001
+for _ in $(seq 1 100); do
+    [[ $(squeue -h -j "$first_job" -o %T) == RUNNING && $(second squeue -h -j "$second_job" -o %T) == RUNNING ]] && break
+    sleep 0.1
+done
+if production_here; then
+    both_cgroups() {  # the job cgroups appear as the steps start: wait up to 5 s
+        local i
+        for ((i = 0; i < 50; i++)); do
+            job_cgroup_exists "$first_job" && job_cgroup_exists "$second_job" && return 0
+            sleep 0.1
+        done
+        compgen -G '/sys/fs/cgroup/devices/slurm_node*/uid_*/job_*'
+        return 1
+    }
+    check "each cluster's job has its own cgroup under the shared node roots" both_cgroups
+fi
+t0=$(date +%s%N)
+second "$LC" down >"$WORK/lc.out" 2>&1
+LC_RC=$?
+LC_MS=$(ms_since "$t0")
+check "down of the second cluster exits 0 [${LC_MS} ms]" rc_is 0
+check "after the second's down: nothing of it is left" nothing_of_the_second
+check "after the second's down: the first's job still runs" job_running "$first_job"
+if production_here; then
+    check "after the second's down: the first's job keeps its cgroup" job_cgroup_exists "$first_job"
+fi
+check "after the second's down: the first's status exits 0" status_is 0
+scancel "$first_job"
+down_and_check "after repair and a second cluster"
 
 # --- back to how it was ----------------------------------------------------------------------------
 if [[ $was_up == 1 ]]; then

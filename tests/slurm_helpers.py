@@ -89,6 +89,13 @@ def cluster_available() -> Tuple[bool, str]:
     return True, f"{len(nodes)} nodes: " + ", ".join(f"{n}={s}" for n, s in sorted(nodes.items()))
 
 
+def node_address(node: str) -> str:
+    """The node's address as Slurm knows it (its NodeAddr): what a job on it resolves its name to.
+    Not this machine's /etc/hosts: a second local cluster beside the first has the same node names."""
+    out = _run(["scontrol", "show", "node", node, "-o"]).stdout
+    return parse_kv(out.strip())["NodeAddr"]
+
+
 def submit(script_path: Union[str, Path], *sbatch_args: str, cwd=None, env=None) -> str:
     """``sbatch --parsable [ARGS] SCRIPT`` (from a shell with env, where given: sbatch exports it to the
     job); returns the job id (text, e.g. "42").

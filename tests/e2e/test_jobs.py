@@ -221,7 +221,6 @@ def test_options_of_real_training_scripts(submit_job, tmp_path):
     import json
     import re
     import socket
-    import subprocess
 
     from tests import slurm_helpers
 
@@ -240,7 +239,7 @@ def test_options_of_real_training_scripts(submit_job, tmp_path):
     assert job.state == "COMPLETED", log + (tmp_path / "logs" / f"{log_path.name}.err").read_text()
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     assert [r["host"] for r in ranks] == ["node1", "node2", "node3", "node3", "node4", "node4"]
-    node1 = subprocess.run(["getent", "ahostsv4", "node1"], capture_output=True, text=True).stdout.split()[0]
+    node1 = slurm_helpers.node_address("node1")
     socket.inet_aton(node1)
     assert f"master {node1}:" in log
     # srun -l labels each line with its task; torchrun --tee 3 prefixes each worker's lines
