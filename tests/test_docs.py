@@ -109,6 +109,10 @@ NOT_RUN = {
     "tests/localcluster.sh up": "starts the local cluster (root)",
     "tests/localcluster.sh status": CLUSTER,
     "tests/localcluster.sh down": "stops the local cluster (root)",
+    "export SLURMGEN_CLUSTER_DIR=/tmp/slurmgen-cluster-2 SLURMGEN_CLUSTER_NET=10.213.48 SLURMGEN_CLUSTER_PORT=16917 "
+    "SLURMGEN_CLUSTER_PREFIX=sgd SLURMGEN_CLUSTER_FIRST_JOB=1000001 SLURM_CONF=/tmp/slurmgen-cluster-2/etc/slurm.conf":
+        "the second cluster's environment (tests/cluster_lifecycle.sh starts one)",
+    "tests/localcluster.sh up --slurm 25.11": "starts a local cluster on a Slurm it builds (root)",
 }
 
 # Development-log wording: pages are reference for a user today. Checked in prose only (code
