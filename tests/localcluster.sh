@@ -102,8 +102,12 @@ PREFIX=${SLURMGEN_CLUSTER_PREFIX:-sgc}   # names of our bridge (sgcbr0), veths (
 OWNS_ETC=0
 [[ $PREFIX == sgc ]] && OWNS_ETC=1
 FIRST_JOB=${SLURMGEN_CLUSTER_FIRST_JOB:-1}
-[[ $FIRST_JOB =~ ^[1-9][0-9]{0,7}$ ]] || { echo "localcluster: SLURMGEN_CLUSTER_FIRST_JOB wants a positive number below 10^8 (got '$FIRST_JOB')" >&2; exit 2; }
 JOB_BLOCK=1000000               # the ids FIRST_JOB.. are this cluster's: its cgroups and /tmp folders
+MAX_JOB_ID=67043328             # Slurm's default MaxJobId
+if ! [[ $FIRST_JOB =~ ^[1-9][0-9]{0,7}$ ]] || ((FIRST_JOB + JOB_BLOCK > MAX_JOB_ID)); then
+    echo "localcluster: SLURMGEN_CLUSTER_FIRST_JOB wants a job id from 1 to $((MAX_JOB_ID - JOB_BLOCK)) (got '$FIRST_JOB')" >&2
+    exit 2
+fi
 BRIDGE=${PREFIX}br0
 ETC_CONF=/etc/slurm/slurm.conf
 BACKUP=/etc/slurm/slurm.conf.slurmgen-backup
@@ -991,7 +995,7 @@ print_usage() {
   nodes:     $(node_names | tr '\n' ' ')partition debug (default), MaxTime=INFINITE
 EOF
     if [[ $MODE == netns ]]; then
-        say "  network:   bridge $BRIDGE $NET.1/24, node i at $NET.(10+i), names in $HOSTS"
+        say "  network:   bridge $BRIDGE $NET.1/24, node i at $NET.(10+i), names in $([[ $OWNS_ETC == 1 ]] && echo "$HOSTS" || echo "$STATE/etc/hosts (the nodes' /etc/hosts)")"
     else
         say "  network:   127.0.0.1 fallback, slurmd ports $((CTLD_PORT + 1))..$((CTLD_PORT + NODES))"
     fi
