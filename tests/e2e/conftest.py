@@ -85,7 +85,8 @@ def render_and_submit(workdir: Path, args, train_args=(), timeout=420, wait=True
     cmd = [str(BIN / "slurmgen"), "render", "-o", str(script), "--log-dir", str(workdir / "logs"),
            "--cpus-per-gpu", "1", "--setup", f"source {BIN / 'activate'}", *OFFLINE, *NET_CHECK_OFF, *args,
            "--", *train_args]
-    subprocess.run(cmd, check=True, cwd=workdir, capture_output=True, text=True)
+    rendered = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    assert rendered.returncode == 0, f"render exited {rendered.returncode}: {rendered.stderr}{rendered.stdout}"
     job_id = slurm_helpers.submit(script, *(["--hold"] if hold else []), cwd=submit_dir, env=env)
     if not wait:
         return job_id
