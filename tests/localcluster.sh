@@ -352,14 +352,19 @@ expand_layout() {
 
 hosts_block_present() { grep -qxF "$HOSTS_BEGIN" "$HOSTS" 2>/dev/null; }
 
+# hosts_without_block: /etc/hosts without the first cluster's block
+hosts_without_block() {
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
+        $0 == b { skip = 1; next }
+        skip && $0 == e { skip = 0; next }
+        !skip { print }' "$HOSTS"
+}
+
 remove_hosts_block() {
     hosts_block_present || return 0
     local tmp
     tmp=$(mktemp)
-    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
-        $0 == b { skip = 1; next }
-        skip && $0 == e { skip = 0; next }
-        !skip { print }' "$HOSTS" >"$tmp"
+    hosts_without_block >"$tmp"
     # rewrite in place: /etc/hosts is often a bind mount that cannot be renamed over
     cat "$tmp" >"$HOSTS"
     rm -f "$tmp"
@@ -943,8 +948,7 @@ cmd_up() {
     else
         # the nodes' own /etc/hosts: this cluster's names first, then the machine's without the
         # first cluster's block (its node names are the same)
-        { printf '%s\n' "${lines[@]}"; awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '
-            $0 == b { skip = 1; next } skip && $0 == e { skip = 0; next } !skip { print }' "$HOSTS"; } >"$STATE/etc/hosts"
+        { printf '%s\n' "${lines[@]}"; hosts_without_block; } >"$STATE/etc/hosts"
     fi
 
     local ctld_addr=127.0.0.1
