@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from slurmgen.uncollected import as_command, uncollected
+from slurmgen.uncollected import as_command, as_quick_command, leave, uncollected
 
 with uncollected():  # click's objects live to the end
     import click
@@ -29,6 +29,9 @@ COMMANDS = {
     "cancel": ("slurmgen.life_commands", "cancel_command", "Cancel a job for good."),
     "list": ("slurmgen.life_commands", "list_command", "List your slurmgen jobs."),
 }
+# Commands that end in a moment, write their files with `with` and start no thread: their process
+# ends without the interpreter's teardown (slurmgen.uncollected.leave).
+QUICK = {"render", "check", "fit"}
 
 
 class LazyGroup(OneLineErrors, click.Group):
@@ -44,6 +47,8 @@ class LazyGroup(OneLineErrors, click.Group):
         with uncollected():  # the command's modules
             command = getattr(importlib.import_module(module), attribute)
         command.short_help = short_help
+        if name in QUICK:
+            as_quick_command()
         return command
 
     def unknown_option(self, err: click.NoSuchOption) -> str:
@@ -80,7 +85,12 @@ def every_command() -> dict:
 
 def main():
     as_command()
-    cli(prog_name="slurmgen")  # also as `python -m slurmgen`, and for completion's _SLURMGEN_COMPLETE
+    try:
+        cli(prog_name="slurmgen")  # also as `python -m slurmgen`, and for completion's _SLURMGEN_COMPLETE
+    except SystemExit as end:
+        leave(end.code)
+        raise
+    leave(0)
 
 
 if __name__ == "__main__":

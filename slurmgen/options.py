@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import typing
-from dataclasses import dataclass
 from typing import Optional
 
 import click
 
 from slurmgen.errors import OneLineErrors
+from slurmgen.frozen_records import frozen
 from slurmgen.help_sections import SectionedCommand, section
+from slurmgen.long_flags import long_flags
 from slurmgen.plan import sweep
 from slurmgen.plan.option_fields import (CHECK, EVERY, FIT, LAUNCH, LAYOUT, RENDER, SECTIONS, SITE, SUBMIT, JobOption,
                                          declared, nested, option)
@@ -28,9 +29,11 @@ class OneLineCommand(OneLineErrors, SectionedCommand):
     def unknown_option(self, err: click.NoSuchOption) -> str:
         return elsewhere(err)
 
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, long_flags(self, args))
 
-# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
-@dataclass(frozen=True, eq=False, repr=False)
+
+@frozen(eq=False)
 class CommandLine:
     """The options that fill no field as they are: a converter (CONVERTERS) reads them."""
 
@@ -63,8 +66,7 @@ class _FilePath(click.Path):
 CLICK_TYPES = {"setup_file": _FilePath(dir_okay=False)}
 
 
-# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen(eq=False)
 class Entry:
     """One job option: its declaration, its default as the command line writes it, its value type."""
 

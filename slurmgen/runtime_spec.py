@@ -6,10 +6,11 @@ starts; the script refuses a runtime that cannot say its format (slurmgen/job/ru
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import fields
 from typing import Optional
 
 from slurmgen import __version__
+from slurmgen.frozen_records import frozen
 
 # 1: slurmgen 0.1.0, whose scripts set some 16 shell variables and passed the runtime flags.
 FORMAT = 2
@@ -21,7 +22,7 @@ class FormatError(ValueError):
     """A record of another format, or none: one line that names both sides."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Component:
     """One het component as the job runtime sees it."""
 
@@ -32,7 +33,7 @@ class Component:
     gpu_type: str = ""  # --gpu-type's, "" for any
 
 
-@dataclass(frozen=True)
+@frozen
 class StragglerRule:
     """When a rank is slow, and what is done about it."""
 
@@ -41,7 +42,7 @@ class StragglerRule:
     action: str = "warn"  # or "exclude": requeued (or a spare taken) without its node
 
 
-@dataclass(frozen=True)
+@frozen
 class Preflight:
     """What every node must be able to run before training starts."""
 
@@ -52,7 +53,7 @@ class Preflight:
     # runtime's version, on every node and in the image
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeSpec:
     """What the job runtime inside the job needs to know about the job."""
 
@@ -92,10 +93,10 @@ class RuntimeSpec:
     def to_json(self) -> str:
         """One key a line (and a component a line): the record as a reviewer reads it in the script."""
         def value(v) -> str:
-            if isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(item, dict) for item in v):
-                return "[" + ",\n   ".join(json.dumps(item) for item in v) + "]"
-            return json.dumps(v)
-        return "{" + ",\n ".join(f"{json.dumps(k)}: {value(v)}" for k, v in asdict(self).items()) + "}"
+            if isinstance(v, tuple) and len(v) > 1 and all(hasattr(item, "__dataclass_fields__") for item in v):
+                return "[" + ",\n   ".join(json.dumps(_plain(item)) for item in v) + "]"
+            return json.dumps(_plain(v))
+        return "{" + ",\n ".join(f"{json.dumps(f.name)}: {value(getattr(self, f.name))}" for f in fields(self)) + "}"
 
     @classmethod
     def from_json(cls, text: str) -> "RuntimeSpec":
@@ -121,6 +122,16 @@ class RuntimeSpec:
             data[name] = tuple(data[name]) if data.get(name) is not None else None
         data["iface_prefixes"] = data["iface_prefixes"] or ()
         return cls(**data)
+
+
+def _plain(value):
+    """dataclasses.asdict without its deep copy of every value (a quarter of a render's templating,
+    issue 43): the record holds tuples, text and numbers only."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def older_script_line() -> str:

@@ -12,10 +12,11 @@ MAX_LINES = 350
 # Where code runs: what each folder may import from slurmgen (the commands at the top import all).
 MAY_IMPORT = {
     # contract: the names the ranks' side defines (train/contract.py), for everything;
-    # runtime_spec: the record a rendered script hands the job runtime (plan writes it, job reads it)
-    "plan": {"plan", "runtime_spec", "contract"},  # pure: what it needs of the site is handed in
+    # runtime_spec: the record a rendered script hands the job runtime (plan writes it, job reads it);
+    # frozen_records: how a login-node command's records are declared (imports nothing of slurmgen's)
+    "plan": {"plan", "runtime_spec", "contract", "frozen_records"},  # pure: what it needs of the site is handed in
     "script": {"plan", "script", "runtime_spec"},
-    "site": {"plan", "site"},
+    "site": {"plan", "site", "frozen_records"},
     "job": {"job", "site", "contract", "runtime_spec"},
     # writing: the command's log directory, made and undone as render's is; snapshot: the code snapshot,
     # taken as render takes it

@@ -11,6 +11,7 @@ import click
 import pytest
 
 from slurmgen import options
+from slurmgen.frozen_records import frozen
 from slurmgen.options import OneLineCommand
 from slurmgen.plan.option_fields import FAULTS, RENDER, SECTIONS, declared, nested, option
 from slurmgen.plan.slow_nodes import SlowNodes
@@ -121,7 +122,7 @@ def test_every_field_is_an_option_or_given_by_a_converter():
 
 
 def test_a_new_option_field_appears_in_its_section_with_no_other_edit(monkeypatch):
-    @dataclasses.dataclass(frozen=True)
+    @frozen  # as JobSpec is declared
     class Wider(JobSpec):
         frobnicate: int = option(7, "--frobnicate", section=FAULTS, metavar="N", help="How hard to frobnicate.")
 

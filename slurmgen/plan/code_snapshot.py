@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
+from slurmgen.frozen_records import frozen
 from slurmgen.plan.words import SpecError
 
 SNAPSHOTS = "snapshots"       # the folder under --log-dir that holds one folder per content hash
@@ -35,7 +35,7 @@ def size_text(size: float) -> str:
     raise AssertionError("unreachable")
 
 
-@dataclass(frozen=True)
+@frozen
 class CodeSnapshot:
     """A snapshot that was measured: its folder (log dir/snapshots/HASH), the script inside it, and
     what it is a copy of."""

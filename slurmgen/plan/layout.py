@@ -9,15 +9,16 @@ component 0, which is MASTER_ADDR.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
+from slurmgen.frozen_records import frozen
 from slurmgen.plan.script_facts import ScriptFacts, script_facts
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import describe_seconds, scale_mem, train_arg
 
 
-@dataclass(frozen=True)
+@frozen
 class Component:
     """One het component: a group of equal nodes, with its node and rank offsets."""
 
@@ -53,7 +54,7 @@ class Component:
         return f"component {self.index} ({self.nodes} node(s) x {self.gpus_per_node}{typed} {gpus}{place})"
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     """The job laid out: the spec, its het components, a sweep's runs and the spare nodes."""
 

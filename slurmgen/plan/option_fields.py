@@ -5,8 +5,9 @@ options and the spec from these fields. No click here: the plan stays pure."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Optional
+
+from slurmgen.frozen_records import frozen
 
 # --help's sections, in their order.
 LAYOUT = "Layout"
@@ -28,8 +29,7 @@ JOBS = frozenset({RENDER, CHECK, SUBMIT})
 SCRIPTS = frozenset({RENDER, CHECK})
 
 
-# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen(eq=False)
 class JobOption:
     """A job option as the command line shows it."""
 

@@ -3,14 +3,13 @@ print, chosen here, so that a template reads the plan alone (`plan.facts`) and n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from slurmgen.frozen_records import frozen
 from slurmgen.plan.spec import JobSpec
 
 
-# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen(eq=False)
 class ScriptFacts:
     """The spec values the templates print."""
 

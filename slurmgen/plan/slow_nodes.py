@@ -4,15 +4,14 @@ is its option (plan.option_fields); rendered scripts only: the submit path runs 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from slurmgen.frozen_records import frozen
 from slurmgen.plan.option_fields import SCRIPTS, SLOW, option
 from slurmgen.plan.words import SpecError
 
 STRAGGLER_ACTIONS = ("warn", "exclude")
 
 
-@dataclass(frozen=True)
+@frozen
 class SlowNodes:
     """What the job does about slow nodes: the network check before training, the straggler watch."""
 

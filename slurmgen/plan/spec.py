@@ -8,9 +8,9 @@ it. A bad value raises SpecError with one line that names the value and what is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from slurmgen.frozen_records import frozen
 from slurmgen.plan import spec_rules
 from slurmgen.plan.code_snapshot import DEFAULT_CEILING, CodeSnapshot
 from slurmgen.plan.option_fields import (EVERY, FAULTS, FIT, LAUNCH, LAYOUT, OUTPUT, RESOURCES, SCRIPTS, SITE,
@@ -24,7 +24,7 @@ from slurmgen.plan.words import TIME_FORMS_TEXT, parse_time, per_node, train_arg
 WITH_FIT = SCRIPTS | {FIT}  # --spares: fit says whether its figures hold for a spare
 
 
-@dataclass(frozen=True)
+@frozen
 class JobSpec:
     """What the user asked for. Built by slurmgen.options from the command line, or directly (tests,
     spec_from_args); `validate()` checks it. Fields in --help's order, section by section."""

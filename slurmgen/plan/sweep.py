@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass
 from typing import Optional
 
+from slurmgen.frozen_records import frozen
 from slurmgen.plan.words import SpecError, train_arg
 
 MODES = ("product", "zip")
@@ -24,7 +24,7 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 AFTER_KINDS = {"ok": "afterok", "any": "afterany"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Run:
     """One run of a sweep: its values and the training arguments they give."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shlex
 import unicodedata
 
@@ -46,18 +47,17 @@ def shell_quote(value) -> str:
     text = str(value)
     if text and set(text) <= _SAFE and text not in _RESERVED:
         return text
-    out, run = [], []
-    for char in text:
-        if char in "'\\$`":
-            if run:
-                out.append("'" + "".join(run) + "'")
-                run = []
-            out.append("\\" + char)
-        else:
-            run.append(char)
-    if run or not out:
-        out.append("'" + "".join(run) + "'")
-    return "".join(out)
+    # the text between the four escaped characters (even places), each quoted when not empty
+    return "".join(("\\" + part if odd else f"'{part}'") for odd, part in _quoted_parts(text)) or "''"
+
+
+_ESCAPED = re.compile(r"(['\\$`])")
+
+
+def _quoted_parts(text: str):
+    for place, part in enumerate(_ESCAPED.split(text)):
+        if place % 2 or part:
+            yield place % 2, part
 
 
 def _unprintable(char: str) -> bool:

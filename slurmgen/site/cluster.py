@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+
+from slurmgen.frozen_records import frozen
 
 UNUSABLE = ("down", "drain", "fail", "inval", "maint", "unknown", "future", "power")
 
 
-@dataclass(frozen=True)
+@frozen
 class Node:
     """One node as sinfo describes it."""
 
@@ -28,7 +29,7 @@ class Node:
         return not self.state.endswith("*") and not any(self.state.startswith(s) for s in UNUSABLE)
 
 
-@dataclass(frozen=True)
+@frozen
 class ClusterInfo:
     """What the cluster says: its Slurm release, default partition and nodes."""
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+
+from slurmgen.frozen_records import frozen
 
 # The folder that holds slurmgen/ and train/ (the repository, or site-packages): the tools are the
 # train package beside this slurmgen, whatever the working directory holds. os.path, not pathlib:
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
-# eq, repr: never compared or printed, and each generated method is code compiled at import (issue 43)
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen(eq=False)
 class ToolRun:
     """How a run of a training tool ended."""
 
