@@ -8,11 +8,15 @@ The commands run with their bytecode caches written, as an installed package has
 PYTHONDONTWRITEBYTECODE in the environment would make every slurmgen run compile its modules
 again (~35 ms) while torchx's venv has its caches.
 torchx 0.7.0 lives in its own venv (.bench-venv) so the project never depends on it.
+--instructions adds the instructions each command executes (valgrind, its own process only, not
+the sinfo and bash -n it starts): the same figure on a loaded machine as on a quiet one.
 
-    python bench/render_speed.py [--runs 10]
+    python bench/render_speed.py [--runs 10] [--instructions]
 """
 import argparse
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +42,13 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 OURS_ENV = {**ENV, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), ENV.get("PYTHONPATH")) if p)}
 
 
+def instructions(cmd, cwd, env=ENV) -> float:
+    """Millions of instructions `cmd` executes (valgrind's count: independent of the machine's load)."""
+    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *cmd],
+                          cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    return int(re.search(r"I\s+refs:\s+([\d,]+)", done.stderr).group(1).replace(",", "")) / 1e6
+
+
 def timed(cmd, cwd, env=ENV) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -52,6 +63,7 @@ FLOOR = [("python", "pass"), ("+ click", "import click"), ("+ jinja2", "import c
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
     args = parser.parse_args()
     torchx = ensure_torchx()
     with tempfile.TemporaryDirectory() as work:
@@ -73,6 +85,11 @@ def main():
         print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.35)")
         print("before any slurmgen code:           " + ", ".join(f"{name} {t * 1000:.1f} ms" for name, t in mf.items())
               + f": {mf['+ jinja2'] / mb:.2f} of torchx")
+        if args.instructions and shutil.which("valgrind"):
+            ia, ib = instructions(ours, work, OURS_ENV), instructions(theirs, work)
+            ifloor = instructions([str(BIN / "python"), "-c", FLOOR[-1][1]], work)
+            print(f"instructions: slurmgen render {ia:.0f} M, torchx {ib:.0f} M: {ia / ib:.3f}"
+                  f" (python + click + jinja2: {ifloor:.0f} M, {ifloor / ib:.3f})")
         helps, bare = [], []
         for _ in range(args.runs):
             helps.append(timed([str(BIN / "slurmgen"), "--help"], work, OURS_ENV))
