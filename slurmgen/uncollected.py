@@ -34,7 +34,8 @@ def leave(status) -> None:
     SystemExit's), unless something waits for the teardown: an atexit hook (logging's, a temporary
     directory's finalizer), another thread, a stream that cannot be flushed (a closed pipe: Python's
     own exit says so). Otherwise return, and the caller ends the process as usual."""
-    if not _quick or not (status is None or isinstance(status, int)) or atexit._ncallbacks():
+    hooks = getattr(atexit, "_ncallbacks", lambda: 1)()  # CPython's count; elsewhere, assume some
+    if not _quick or not (status is None or isinstance(status, int)) or hooks:
         return
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
