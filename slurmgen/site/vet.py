@@ -42,11 +42,11 @@ class Vetting:
         model is the caller's: see no_model. places: partitions, node counts and features too
         (check's verdict says those per component instead)."""
         spec = self.spec
-        for text in scripts:
-            shell_syntax.check_script(text, spec.setup)
-        if not scripts and spec.setup:  # the submit path's setup lines, in submitit's own script
-            shell_syntax.check_script("\n".join(spec.setup) + "\n", spec.setup)
+        texts = list(scripts) or (["\n".join(spec.setup) + "\n"] if spec.setup else [])  # submit: its setup lines
+        parses = [shell_syntax.Parse(text) for text in texts]  # bash parses while sinfo is awaited
         nodes = self.asking.nodes()
+        for text, parse in zip(texts, parses):
+            shell_syntax.check_script(text, spec.setup, parse)
         if places:
             limits.check_places(spec, nodes, self.asking.default)
         limits.check_gpus(spec, nodes)
