@@ -22,11 +22,11 @@ def long_flags(command: click.Command, args: list[str]) -> list[str]:
     out, i = [], 0
     while i < len(args):
         arg = args[i]
-        if arg == "--" or arg not in takes:
+        if arg == "--":  # the training arguments, as they are (below)
+            break
+        if arg not in takes:
             out.append(arg)
             i += 1
-            if arg == "--":
-                break
             continue
         long, values = takes[arg]
         given = args[i + 1:i + 1 + values]

@@ -6,7 +6,7 @@ starts; the script refuses a runtime that cannot say its format (slurmgen/job/ru
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Optional
 
 from slurmgen import __version__
@@ -93,7 +93,7 @@ class RuntimeSpec:
     def to_json(self) -> str:
         """One key a line (and a component a line): the record as a reviewer reads it in the script."""
         def value(v) -> str:
-            if isinstance(v, tuple) and len(v) > 1 and all(hasattr(item, "__dataclass_fields__") for item in v):
+            if isinstance(v, tuple) and len(v) > 1 and all(map(is_dataclass, v)):
                 return "[" + ",\n   ".join(json.dumps(_plain(item)) for item in v) + "]"
             return json.dumps(_plain(v))
         return "{" + ",\n ".join(f"{json.dumps(f.name)}: {value(getattr(self, f.name))}" for f in fields(self)) + "}"
@@ -127,7 +127,7 @@ class RuntimeSpec:
 def _plain(value):
     """dataclasses.asdict without its deep copy of every value (a quarter of a render's templating,
     issue 43): the record holds tuples, text and numbers only."""
-    if hasattr(value, "__dataclass_fields__"):
+    if is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, (tuple, list)):
         return [_plain(item) for item in value]
