@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -56,6 +57,37 @@ def wait_for(predicate, timeout: float, what: str):
         time.sleep(0.5)
 
 
+def runtime_pid(job_id: str) -> int:
+    """The job runtime's process (`python -m slurmgen.job`, on the batch node): all nodes of the local
+    cluster share one PID namespace."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"slurmgen.job"] and f"SLURM_JOB_ID={job_id}".encode() in environ:
+            return int(entry)
+    raise LookupError(f"no job runtime of job {job_id}")
+
+
+def cancel_within_the_grace(env: dict, job_id: str, mark: Path) -> subprocess.CompletedProcess:
+    """`slurmgen cancel` while the runtime is held (SIGSTOP) until the cancel's mark is down: the cancel
+    comes within the runtime's stop grace however slow the machine (a loaded one took over 30 s)."""
+    runtime = runtime_pid(job_id)
+    os.kill(runtime, signal.SIGSTOP)
+    try:
+        cancel = subprocess.Popen([str(BIN / "slurmgen"), "cancel", job_id], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 150
+        while not mark.exists() and cancel.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.kill(runtime, signal.SIGCONT)
+    out, err = cancel.communicate(timeout=150)
+    return subprocess.CompletedProcess(cancel.args, cancel.returncode, out, err)
+
+
 @pytest.mark.timeout(600)
 def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path, monkeypatch):
     """torchrun labels every rank's line with its global rank (--tee and the prefix template), so
@@ -92,10 +124,9 @@ def test_status_logs_list_and_a_final_cancel_of_a_rendered_job(cluster, tmp_path
         assert re.search(rf"^{job_id} +slurmgen +rendered +RUNNING +1 +0 ", listed.stdout, re.M), listed.stdout
         subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)  # the time-limit warning
         wait_for(lambda: "asking every rank to checkpoint" in job_log(tmp_path, job_id), 60, "no warning taken")
-        cancel = slurmgen(env, "cancel", job_id)
+        cancel = cancel_within_the_grace(env, job_id, tmp_path / "logs" / f".slurmgen-{job_id}" / "cancelled")
         assert cancel.returncode == 0 and f"job {job_id} cancelled for good" in cancel.stdout, cancel.stderr
-        time.sleep(40)  # past the stop grace: the runtime would have requeued the job by now
-        info = slurm_helpers.job_info(job_id)
+        info = slurm_helpers.wait_job(job_id, timeout=120)
     finally:
         slurm_helpers.cancel(job_id)
     log = job_log(tmp_path, job_id)
