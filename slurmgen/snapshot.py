@@ -3,9 +3,11 @@ repository, slurmgen.snapshot_files) is measured, refused over the ceiling, and 
 --log-dir/snapshots/HASH, a folder named by its content, so that every run of the job (requeues and
 retries included) runs the code as it was rendered, not as it is when the run starts.
 
-Measuring reads every file (the hash names the folder, which the plan needs); the copy is a side
-effect of writing, like the script itself: `take` gives the spec its snapshot and a Copy that
-writing.write_files (or submit) makes. The same content is the same folder: it is copied once."""
+Measuring reads every file once (the hash names the folder, which the plan needs) and keeps what it
+read: the copy is a side effect of writing, like the script itself, and holds exactly the bytes the
+hash names, however the folder changes meanwhile (another job writing its logs beside the code).
+`take` gives the spec its snapshot and a Copy that writing.write_files (or submit) makes. The same
+content is the same folder: it is copied once."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Copy:
 
     source: snapshot_files.Source
     code: CodeSnapshot
+    contents: tuple[tuple[str, bytes, bytes], ...] = ()  # (path, kind, bytes) of each file, as hashed
 
     def write(self) -> bool:
         """Copy the files into the snapshot folder, unless it is there already; True when made now.
@@ -51,9 +54,8 @@ class Copy:
         except OSError as err:
             raise SnapshotError(f"code snapshot {folder!r}: cannot create it: {err.strerror or err}") from None
         try:
-            if _digest(self.source, tmp) != self.code.digest:
-                raise SnapshotError(f"code snapshot of {self.source.root}: files changed while it was copied;"
-                                    " run the command again")
+            for rel, kind, data in self.contents:
+                _place(os.path.join(tmp, rel), kind, data)
             os.chmod(tmp, 0o755)
             os.rename(tmp, folder)
         except OSError as err:
@@ -94,12 +96,12 @@ def take(spec: JobSpec, *written: Optional[str]) -> tuple[JobSpec, Optional[Copy
         raise SpecError(f"--script {spec.script!r}: the code snapshot of {what} {source.root} is"
                         f" {size_text(source.size)}, over the {size_text(ceiling)} ceiling; raise --snapshot-max-size,"
                         " keep data out of it (.gitignore), or give --no-snapshot")
-    digest = _digest(source)
-    home = snapshot_folder(spec.log_dir, digest)
+    contents = _read_all(source)
+    home = snapshot_folder(spec.log_dir, _digest(contents))
     script = os.path.join(home, source.script)
     code = CodeSnapshot(home, script, source.root, source.commit, source.dirty, source.in_git,
                         len(source.files), source.size)
-    return dataclasses.replace(spec, code=code), Copy(source, code)
+    return dataclasses.replace(spec, code=code), Copy(source, code, contents)
 
 
 def _outputs(spec: JobSpec, written) -> list[str]:
@@ -112,22 +114,26 @@ def _outputs(spec: JobSpec, written) -> list[str]:
     return [p for p in paths if p]
 
 
-def _digest(source: snapshot_files.Source, into: Optional[str] = None) -> str:
-    """The content hash of the files (path, kind and bytes of each, in order); with `into`, each file
-    is also copied there as it is read (read-only: a snapshot is not edited), so that the copy is
-    exactly what was hashed."""
-    whole = hashlib.sha256()
+def _read_all(source: snapshot_files.Source) -> tuple[tuple[str, bytes, bytes], ...]:
+    """(path, kind, bytes) of each file, read once: what is hashed is what is copied (under the
+    --snapshot-max-size ceiling, held in memory until the job's files are written)."""
+    contents = []
     for rel in source.files:
         path = os.path.join(source.root, rel)
         try:
-            kind, data = _read(path, follow=rel == source.script)
+            contents.append((rel, *_read(path, follow=rel == source.script)))
         except OSError as err:
             raise SpecError(f"--script: cannot read {path!r} for the code snapshot: {err.strerror or err};"
                             " give --no-snapshot to run in place") from None
+    return tuple(contents)
+
+
+def _digest(contents) -> str:
+    """The content hash of the files (path, kind and bytes of each, in order)."""
+    whole = hashlib.sha256()
+    for rel, kind, data in contents:
         whole.update(rel.encode("utf-8", "surrogateescape") + b"\0" + kind + b"\0")
         whole.update(hashlib.sha256(data).digest())
-        if into is not None:
-            _place(os.path.join(into, rel), kind, data)
     return whole.hexdigest()[:DIGEST_CHARS]
 
 
@@ -142,6 +148,7 @@ def _read(path: str, follow: bool = False) -> tuple[bytes, bytes]:
 
 
 def _place(path: str, kind: bytes, data: bytes) -> None:
+    """One file of the copy, read-only (a snapshot is not edited)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if kind == b"l":
         os.symlink(os.fsdecode(data), path)

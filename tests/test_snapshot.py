@@ -178,6 +178,28 @@ def test_the_submit_path_runs_the_copy(repo, tmp_path):
     assert task.code == copy.code.log_line() and Path(task.target[1]).is_file()
 
 
+def test_files_written_between_the_measure_and_the_copy_leave_the_copy_as_measured(tmp_path):
+    """Another job writing its log beside the code (a folder outside git copies it) while this render
+    vets and renders: the copy is what was hashed, not a refusal ("files changed while it was copied"
+    failed a render on a loaded machine)."""
+    from slurmgen.snapshot import take
+    from slurmgen.submit.command import spec_from_args
+
+    folder = tmp_path / "plain"
+    (folder / "other" / "logs").mkdir(parents=True)
+    (folder / "train.py").write_text("print(1)\n")
+    log = folder / "other" / "logs" / "job-7.out"
+    log.write_text("step 1\n")
+    spec = spec_from_args([*LAYOUT, "--script", str(folder / "train.py"), "--log-dir", str(tmp_path / "logs")])
+    spec, copy = take(spec, str(tmp_path / "logs" / "submitit"))
+    log.write_text("step 1\nstep 2\n")
+    (folder / "train.py").write_text("print(2)\n")
+    assert copy.write() is True
+    home = Path(copy.code.folder)
+    assert (home / "train.py").read_text() == "print(1)\n"
+    assert (home / "other" / "logs" / "job-7.out").read_text() == "step 1\n"
+
+
 def test_the_report_says_which_code_each_run_ran(tmp_path):
     assert report_logs.CODE == LOG_PREFIX  # the script's line is the one the report reads
     code = "snapshot /l/snapshots/ab12 of /proj (commit 1a2b plus uncommitted changes; 3 file(s), 1.0 KiB)"

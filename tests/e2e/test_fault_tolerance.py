@@ -2,7 +2,7 @@
 
 Each test runs real jobs rendered by `slurmgen render`, with real srun and torchrun:
 
-* time limit: `--time 2 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
+* time limit: `--time 3 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
   rank checkpoint, the script requeues the job, the next run resumes at exactly that step and
   finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
   finish before the warning however idle the machine is);
@@ -203,12 +203,15 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
 # still lands after its last stop check (a slow machine) must not requeue the finished run; a third
 # run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest that
 # leaves the first run time to start before the warning.)
-TIME_LIMIT = ["--time", "2", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
+# The warning 120 s in (Slurm looks at time limits every 30 s: up to 150 s): room for the start-up of
+# torch, transformers and TRL on six ranks (70 s on a loaded CI machine, where with `--time 2` each run
+# made one step before its warning, and the job used its restarts up); 30 steps of 5 s outlast 150 s.
+TIME_LIMIT = ["--time", "3", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=5"]
 TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its losses compare
 
 
 @pytest.mark.core
-@pytest.mark.timeout(720)
+@pytest.mark.timeout(960)
 def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_path):
     """Slurm's own time-limit warning: train.sft on 1,1,2,2 checkpoints at the warning, the
     script requeues the job, the next run resumes at that step and finishes every step; every
@@ -216,7 +219,7 @@ def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
                                sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
-    info = wait_with_nudges(job_id, timeout=660)
+    info = wait_with_nudges(job_id, timeout=900)
     job = JobRun(job_id, info, tmp_path)
     saved = assert_stopped_and_resumed(job, TIME_LIMIT_STEPS)
     assert "TIMEOUT" not in job.log and "DUE TO TIME LIMIT" not in job.log
