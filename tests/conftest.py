@@ -79,6 +79,24 @@ def sbatch_version() -> str:
     return out.split()[-1] if out.split() else "unknown"
 
 
+# Each test's pytest-timeout deadline (its marker's seconds) times this: CI's machine may lose half its
+# CPU to its host (steal), and the tests without a cluster run at nice 10 beside the cluster tests, where
+# a 40 s test took over 120 s. A deadline only ends a test that is failing or stuck; every assertion on
+# time is the test's own.
+TIMEOUT_SCALE = float(os.environ.get("SLURMGEN_TEST_TIMEOUT_SCALE", "3" if os.environ.get("CI") == "true" else "1"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if TIMEOUT_SCALE == 1:
+        return
+    default = float(config.getini("timeout") or 0)  # setup.cfg's, for a test without a marker
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = marker.args[0] if marker is not None and marker.args else default
+        if seconds:
+            item.add_marker(pytest.mark.timeout(seconds * TIMEOUT_SCALE), append=False)
+
+
 def pytest_report_header(config):
     return f"slurm: {cluster_profile()}"
 
