@@ -38,7 +38,7 @@ class Copy:
 
     source: snapshot_files.Source
     code: CodeSnapshot
-    contents: tuple[tuple[str, bytes, bytes], ...] = ()  # (path, kind, bytes) of each file, as hashed
+    contents: tuple[tuple[str, bytes, bytes], ...]  # (path, kind, bytes) of each file, as hashed
 
     def write(self) -> bool:
         """Copy the files into the snapshot folder, unless it is there already; True when made now.
