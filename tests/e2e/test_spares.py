@@ -48,9 +48,11 @@ def first_step_after(run_dir, moment: float) -> float:
 
 def test_a_killed_node_is_replaced_by_the_spare_without_a_requeue(spare_node, assets, tmp_path):
     steps = 20
+    submitted = time.time()
     job_id = render_and_submit(tmp_path, [*UNEVEN, "--spares", "1", "--net-check", "--env", "SLURMGEN_TEST_STEP_SLEEP=0.3"],
                                ddp_args(assets, tmp_path, steps, save_steps=5), wait=False)
     wait_progress(job_id, tmp_path / "run", 7)
+    started = first_step_after(tmp_path / "run", submitted)  # this machine's start of a run, now
     held = slurm_helpers.job_info(job_id)
     # A node of component 1 (the batch script runs on component 0's first node, which Slurm ends
     # the job with), and the spare's node
@@ -71,7 +73,11 @@ def test_a_killed_node_is_replaced_by_the_spare_without_a_requeue(spare_node, as
     assert "requeue" not in log.lower(), log[-6000:]
     assert [c["Restarts"] for c in job.info["Components"]] == ["0"] * 3, job.info
     assert re.search(r"resuming from \S+checkpoint-\d+ at step [1-9]\d*", log), log[-6000:]
-    assert recovered < 120, f"{recovered:.0f} s from the kill to the next step (bench/spares.py measures it: about 50 s)"
+    # Slurm's notice of the lost node (SlurmdTimeout 30 s) and the ranks' start on the spare: well within a
+    # requeue's 120 s hold on a quiet machine (bench/spares.py measures it: about 50 s); a machine whose
+    # CPU is half taken starts ranks three times slower, so the bound is the run's own start, twice.
+    assert recovered < 60 + 2 * started, (f"{recovered:.0f} s from the kill to the next step; the run's first"
+                                          f" step came {started:.0f} s after its submission")
     # Every step ran, and none after the restart ran twice except those after the checkpoint.
     assert sorted(set(progress_steps(tmp_path / "run"))) == list(range(1, steps + 1))
 
