@@ -41,7 +41,7 @@ rank, out = dist.get_rank(), sys.argv[1]
 torch.manual_seed(0)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(1, 31):
+for step in range(1, int(os.environ.get("STEPS", "30")) + 1):
     x = torch.randn(8, 16)
     loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
     opt.zero_grad()
@@ -197,7 +197,9 @@ def test_scancel_ends_an_entry_point_a_trainer_script_and_a_plain_script_for_goo
     (tmp_path / "p" / "out").mkdir(parents=True)
     kinds = {"d": (["--module", "train.ddp_loop", "--nodelist", "node1"], ddp_args(assets, tmp_path / "d", 500)),
              "t": (["--script", str(trainer), "--nodelist", "node2"], []),
-             "p": (["--script", str(plain), "--nodelist", "node3", "--env", f"HANG_TIMEOUT={HANG_TIMEOUT}"],
+             # trains until cancelled (its 30 steps ended first on a loaded machine, before the test got to it)
+             "p": (["--script", str(plain), "--nodelist", "node3", "--env", f"HANG_TIMEOUT={HANG_TIMEOUT}",
+                    "--env", "STEPS=100000"],
                    [str(tmp_path / "p" / "out")])}
     ids = {}
     for kind, (args, train_args) in kinds.items():
