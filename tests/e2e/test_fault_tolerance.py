@@ -110,6 +110,23 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
         time.sleep(0.5)
 
 
+def wait_requeued(job_id: str, timeout: float) -> dict:
+    """The job's record once Slurm has requeued it (Restarts 1 or more), before it runs again: Slurm
+    holds a requeued job about 120 s, and nothing nudges it here."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = slurm_helpers.job_info(job_id)
+        except (LookupError, subprocess.TimeoutExpired):
+            info = None
+        if info is not None and (int(info.get("Restarts") or 0) >= 1 or slurm_helpers.is_finished(info)):
+            return info
+        if time.monotonic() > deadline:
+            slurm_helpers.cancel(job_id)
+            raise TimeoutError(f"job {job_id} not requeued after {timeout:g} s:\n{slurm_helpers.show_job_text(job_id)}")
+        time.sleep(0.5)
+
+
 def tagged_workers(tag: str) -> dict[int, dict[str, str]]:
     """Training processes (not torchrun agents) of the job with ``tag``: pid -> environment.
 
@@ -202,11 +219,11 @@ def assert_stopped_and_resumed(job: JobRun, steps: int, max_restarts: int = 3, p
 # that step). The resumed run has no pause and ends mostly before its own warning. A warning that
 # still lands after its last stop check (a slow machine) must not requeue the finished run; a third
 # run, if steps are slower still, is checked the same way. (A 2-minute limit: the shortest that
-# leaves the first run time to start before the warning.)
-# The warning 120 s in (Slurm looks at time limits every 30 s: up to 150 s): room for the start-up of
-# torch, transformers and TRL on six ranks (70 s on a loaded CI machine, where with `--time 2` each run
-# made one step before its warning, and the job used its restarts up); 30 steps of 5 s outlast 150 s.
-TIME_LIMIT = ["--time", "3", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=5"]
+# leaves the first run time to start before the warning.) Once the job is requeued the test gives it
+# 15 minutes (scontrol update TimeLimit): on a loaded CI machine six ranks took 70 to 120 s to start,
+# each run made a step or a few before its own warning, and the job used its restarts up (with
+# `--time 3` too). The first warning is Slurm's own either way.
+TIME_LIMIT = ["--time", "2", "--grace", "60", "--env", "SLURMGEN_TEST_STEP_SLEEP=3"]
 TIME_LIMIT_STEPS = REFERENCE_STEPS  # the reference run's arguments, so its losses compare
 
 
@@ -219,6 +236,11 @@ def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
                                sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
+    requeued = wait_requeued(job_id, timeout=600)
+    assert requeued["Restarts"] == "1", requeued  # the first run's warning, before any more time
+    done = subprocess.run(["scontrol", "update", f"jobid={job_id}", "TimeLimit=15"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert {c["TimeLimit"] for c in slurm_helpers.job_info(job_id)["components"]} == {"00:15:00"}
     info = wait_with_nudges(job_id, timeout=900)
     job = JobRun(job_id, info, tmp_path)
     saved = assert_stopped_and_resumed(job, TIME_LIMIT_STEPS)
