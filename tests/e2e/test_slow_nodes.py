@@ -82,7 +82,11 @@ def test_a_node_with_a_slow_link_is_named_and_the_job_trains_without_it(spare_no
     holder = hold("node5")
     slow("node3", "link", "100mbit")
     try:
-        job_id = render_and_submit(tmp_path, [*UNEVEN[:4], "--launcher", "srun", "--script", str(script), "--net-check"],
+        # node3's link is shaped to 100 Mbit (0.0125 GB/s) where the local cluster's veth links give 0.3 to
+        # 0.8 GB/s, all through this machine's CPU: with half of it taken by the host, a healthy link
+        # measured 0.3 of the median and was called slow at the default 0.5.
+        job_id = render_and_submit(tmp_path, [*UNEVEN[:4], "--launcher", "srun", "--script", str(script), "--net-check",
+                                              "--net-check-ratio", "0.15"],
                                    [str(out)],
                                    wait=False)
         deadline = time.monotonic() + 180
@@ -101,7 +105,7 @@ def test_a_node_with_a_slow_link_is_named_and_the_job_trains_without_it(spare_no
     tables = check_tables(log)
     assert tables[0] == "node1 node2 node3 node4" and set(tables[1:]) == {"node1 node2 node4 node5"}, log[-6000:]
     assert re.search(r"slurmgen: slow link: node3: 0\.0\d GB/s (sending|receiving) against a median of [\d.]+ GB/s"
-                     r" \(below 0\.5 of it\)", log), log[-6000:]
+                     r" \(below 0\.15 of it\)", log), log[-6000:]
     assert "failure 1 of at most 2 (slow on node3): requeueing job" in log and "excluding node3 (slow)" in log, log[-6000:]
     assert len(re.findall(r"slurmgen: slow link", log)) == 1, log[-6000:]  # the second run's check: no alarm
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
