@@ -2,9 +2,9 @@
 
 Each test runs real jobs rendered by `slurmgen render`, with real srun and torchrun:
 
-* time limit: `--time 3 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
-  rank checkpoint, the script requeues the job, the next run resumes at exactly that step and
-  finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
+* time limit: `--time 2 --grace 60`; Slurm's own warning (USR2 to the batch shell) makes every
+  rank checkpoint, the script requeues the job, the next run (given 15 minutes by the test) resumes
+  at exactly that step and finishes (train.sft; steps have a floor, SLURMGEN_TEST_STEP_SLEEP, so the first run cannot
   finish before the warning however idle the machine is);
 * preemption: tests/e2e/test_production.py's urgent job preempts a sharded (FSDP) train.ddp_loop run;
 * the warning with no restarts left (`--max-restarts 0`): a checkpoint, no requeue, FAILED;
