@@ -36,7 +36,6 @@ class SnapshotError(SpecError):
 class Copy:
     """A measured snapshot, to be written where the job's files are written."""
 
-    source: snapshot_files.Source
     code: CodeSnapshot
     contents: tuple[tuple[str, bytes, bytes], ...]  # (path, kind, bytes) of each file, as hashed
 
@@ -101,7 +100,7 @@ def take(spec: JobSpec, *written: Optional[str]) -> tuple[JobSpec, Optional[Copy
     script = os.path.join(home, source.script)
     code = CodeSnapshot(home, script, source.root, source.commit, source.dirty, source.in_git,
                         len(source.files), source.size)
-    return dataclasses.replace(spec, code=code), Copy(source, code, contents)
+    return dataclasses.replace(spec, code=code), Copy(code, contents)
 
 
 def _outputs(spec: JobSpec, written) -> list[str]:

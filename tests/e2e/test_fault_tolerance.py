@@ -90,8 +90,9 @@ def wait_progress(job_id: str, run_dir: Path, steps: int, timeout: float = 180) 
         time.sleep(0.3)
 
 
-def wait_with_nudges(job_id: str, timeout: float) -> dict:
-    """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1)."""
+def wait_with_nudges(job_id: str, timeout: float, until=None) -> dict:
+    """wait_job, but nudge the job whenever it is PENDING after a requeue (Restarts >= 1); until: a
+    test of the job's record that ends the wait as soon as it holds, with that record."""
     deadline = time.monotonic() + timeout
     nudge = slurm_helpers.RequeueNudger(job_id)
     while True:
@@ -100,6 +101,8 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
         except (LookupError, subprocess.TimeoutExpired):
             info = None
         if info is not None:
+            if until is not None and until(info):
+                return info
             if slurm_helpers.is_finished(info):
                 return slurm_helpers.wait_job(job_id, timeout=10)
             nudge(info)
@@ -107,23 +110,6 @@ def wait_with_nudges(job_id: str, timeout: float) -> dict:
             slurm_helpers.cancel(job_id)
             raise TimeoutError(f"job {job_id} not finished after {timeout:g} s:\n"
                                f"{slurm_helpers.show_job_text(job_id)}")
-        time.sleep(0.5)
-
-
-def wait_requeued(job_id: str, timeout: float) -> dict:
-    """The job's record once Slurm has requeued it (Restarts 1 or more), before it runs again: Slurm
-    holds a requeued job about 120 s, and nothing nudges it here."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            info = slurm_helpers.job_info(job_id)
-        except (LookupError, subprocess.TimeoutExpired):
-            info = None
-        if info is not None and (int(info.get("Restarts") or 0) >= 1 or slurm_helpers.is_finished(info)):
-            return info
-        if time.monotonic() > deadline:
-            slurm_helpers.cancel(job_id)
-            raise TimeoutError(f"job {job_id} not requeued after {timeout:g} s:\n{slurm_helpers.show_job_text(job_id)}")
         time.sleep(0.5)
 
 
@@ -236,7 +222,8 @@ def test_time_limit_checkpoints_requeues_and_resumes(sft_reference, assets, tmp_
     start = time.monotonic()
     job_id = render_and_submit(tmp_path, [*UNEVEN, *TIME_LIMIT],
                                sft_args(assets, tmp_path, steps=TIME_LIMIT_STEPS, **REFERENCE_ARGS), wait=False)
-    requeued = wait_requeued(job_id, timeout=600)
+    # Slurm holds a requeued job about 120 s: the record is read before anything nudges it
+    requeued = wait_with_nudges(job_id, timeout=600, until=lambda info: int(info.get("Restarts") or 0) >= 1)
     assert requeued["Restarts"] == "1", requeued  # the first run's warning, before any more time
     done = subprocess.run(["scontrol", "update", f"jobid={job_id}", "TimeLimit=15"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
