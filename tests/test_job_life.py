@@ -132,7 +132,7 @@ def test_follow_prints_lines_as_they_come_and_stops_when_the_end_is_recorded(tmp
     written = job_logs.follow(job_logs.select(entry, None), found.ended, out, interval=0.1)
     writer.wait(timeout=30)
     assert out.getvalue() == "".join(f"step {s}\n" for s in range(5)) + "the end, no newline\n"
-    assert written == 6 and time.monotonic() - started < 20
+    assert written == 6 and time.monotonic() - started < 60  # it ends with the job, not at its deadline
 
 
 def test_a_requeued_job_is_followed_on_and_a_cancelled_one_has_ended(tmp_path):

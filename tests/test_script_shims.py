@@ -145,12 +145,14 @@ def test_with_spares_a_part_of_a_component_on_a_spare_keeps_its_ranks(render_arg
 def test_failing_component_stops_the_others(render_args, tmp_path):
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     start = time.monotonic()
+    # The healthy component would sleep 600 s: ending far sooner means it was stopped. The bound
+    # leaves room for a loaded machine (34 s seen in CI where 10 s is usual).
     proc = subprocess.run(["bash", str(script)], env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="2",
-                                                             SHIM_SLEEP="120"),
-                          capture_output=True, text=True, timeout=90)
+                                                             SHIM_SLEEP="600"),
+                          capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3
-    assert elapsed < 30, f"script took {elapsed:.0f} s to stop the healthy component"
+    assert elapsed < 150, f"script took {elapsed:.0f} s to stop the healthy component"
     assert "component 1 (2 node(s) x 2 GPUs) failed with exit status 3 (nodes node[3-4])" in proc.stderr
 
 
@@ -195,12 +197,13 @@ def test_a_component_that_outlasts_the_settle_window_is_stopped(render_args, tmp
     script = render_to(render_args, tmp_path, "--nodes", "4", "--gpus", "1,1,2,2")
     start = time.monotonic()
     proc = subprocess.run(["bash", str(script)],
-                          env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="0=4@0.2,2=3@30", SHIM_SLEEP="120",
+                          env=shim_env(tmp_path, SHIM_FAIL_NODE_RANK="0=4@0.2,2=3@120", SHIM_SLEEP="600",
                                        SLURMGEN_SETTLE_SECONDS="2"),
-                          capture_output=True, text=True, timeout=90)
+                          capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
     assert proc.returncode == 4
-    assert elapsed < 15, f"the healthy component ran {elapsed:.0f} s past the settle window"
+    # Far below node rank 2's own failure at 120 s (room for a loaded machine: 2 s settle, then TERM).
+    assert elapsed < 90, f"the healthy component ran {elapsed:.0f} s past the settle window"
     assert "slurmgen: stopping the components still running" in proc.stderr
     assert "component 1 (2 node(s) x 2 GPUs) failed" not in proc.stderr
 
@@ -285,9 +288,9 @@ def test_a_script_that_takes_no_stop_file_is_stopped_after_a_grace_and_requeued(
     user_script.write_text("")
     script = render_to(render_args, tmp_path, "--nodes", "2", "--gpus", "1", "--script", str(user_script),
                        "--grace", "15")
-    rc, out, err, waited = warn_and_wait(script, shim_env(tmp_path, SHIM_SLEEP="60"), tmp_path)
+    rc, out, err, waited = warn_and_wait(script, shim_env(tmp_path, SHIM_SLEEP="300"), tmp_path)
     assert rc == 0, err
-    assert 5 <= waited < 30, err  # min(30, 15 - 10) s from the warning, then TERM
+    assert 5 <= waited < 120, err  # min(30, 15 - 10) s from the warning, then TERM; not the 300 s sleep
     assert ("slurmgen: your code takes no stop file (it is not a Hugging Face Trainer): stopping it; the steps"
             " since its own last checkpoint are lost") in err
     assert "slurmgen: requeueing job 1234 (restart 1 of at most 3)" in out

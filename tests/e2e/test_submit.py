@@ -133,7 +133,7 @@ def test_detach_returns_job_id_squeue_knows(cluster, tmp_path):
         assert f"submitit folder: {tmp_path / 'submitit'}" in proc.stdout
         queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True)
         assert queue.stdout.split() == [job_id], queue.stderr
-        assert proc.elapsed < 20
+        assert proc.elapsed < 45  # it returns with the job queued, not after its minutes of training
     finally:
         slurm_helpers.cancel(job_id)
 
