@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmgen.cli import cli, every_command
-from slurmgen.submit import blame, parameters, submission
+from slurmgen.submit import blame, handle, parameters, submission
 from slurmgen.submit import task
 from slurmgen.plan.spec import JobSpec
 from slurmgen.plan.words import SpecError
@@ -338,6 +338,29 @@ def test_completed_job_has_no_failure(tmp_path, monkeypatch):
     sub = fake_submission(tmp_path, outcomes={0: ("success", {"a": 1}, ""), 1: ("success", {}, "")})
     monkeypatch.setattr(sub, "state", lambda: "COMPLETED")
     assert sub.failure() is None
+
+
+def test_a_job_cancelled_by_fail_fast_reads_failed_in_every_later_wait(tmp_path, monkeypatch):
+    # Task 0 failed, task 1 is still stuck: fail-fast cancels the job, and Slurm then says CANCELLED.
+    # The job failed; result()'s own wait() after the submit command's must not call it cancelled
+    # (seen in CI under load: "job 955 CANCELLED: task 2 on node3 failed").
+    sub = fake_submission(tmp_path, outcomes={0: ("error", "Traceback", "error: model path not found: x\n")})
+    answers = iter([[{"JobState": "RUNNING"}]])
+    monkeypatch.setattr(handle.jobs, "job_records", lambda job: next(answers, [{"JobState": "CANCELLED"}]))
+    monkeypatch.setattr(handle, "FAIL_FAST_S", 0)
+    cancels = []
+    monkeypatch.setattr(handle.subprocess, "run", lambda argv, **kw: cancels.append(argv))
+    assert sub.wait(interval=0) == "FAILED"
+    assert cancels == [["scancel", "4242"]]
+    assert sub.wait(interval=0) == "FAILED"
+    with pytest.raises(submission.JobFailed, match=r"^job 4242 FAILED: task 0 on node1 failed$"):
+        sub.result()
+
+
+def test_a_cancel_slurmgen_did_not_make_stays_cancelled(tmp_path, monkeypatch):
+    sub = fake_submission(tmp_path, outcomes={0: ("error", "Traceback", "KeyboardInterrupt\n")})
+    monkeypatch.setattr(handle.jobs, "job_records", lambda job: [{"JobState": "CANCELLED"}])
+    assert sub.wait(interval=0) == "CANCELLED"
 
 
 def test_results_of_an_older_job_with_the_same_id_are_ignored(tmp_path):

@@ -58,6 +58,7 @@ class Submission:
         self.local = local
         self._error_seen: Optional[float] = None
         self.cancelled_here = False  # by _scancel(): fail-fast, the hang watch; not cancel() nor a user's scancel
+        self.failed_fast = False  # _scancel() because a task had failed: Slurm's CANCELLED is that failure
 
     def __repr__(self) -> str:
         return f"Submission(job_id={self.job_id!r}, folder={str(self.folder)!r})"
@@ -127,6 +128,8 @@ class Submission:
         if not records:  # scontrol has forgotten it (MinJobAge): judge from the results
             return self._state_from_results("UNKNOWN"), "0", ""
         state = jobs.overall_state(records)
+        if state == "CANCELLED" and self.failed_fast:
+            state = "FAILED"  # our fail-fast cancel of a job whose task failed (a later wait() reads it too)
         reason = records[0].get("Reason", "") if state == "PENDING" else ""
         return state, records[0].get("Restarts", "0"), "" if reason == "None" else reason
 
@@ -153,6 +156,7 @@ class Submission:
         self._error_seen = self._error_seen or now
         if now - self._error_seen < FAIL_FAST_S:
             return False
+        self.failed_fast = True
         self._scancel()
         return True
 
