@@ -1,4 +1,4 @@
-"""The straggler watch: from each rank's mean compute time per step over the last WINDOW steps (in
+"""The straggler watch: from each rank's median compute time per step over the last WINDOW steps (in
 its heartbeat, train.compute_time), the ranks far slower than the others. Synchronous training
 runs at the slowest rank's pace, so one slow node slows the whole job, and its step times say
 nothing (they are everyone's); the compute time is the rank's own."""

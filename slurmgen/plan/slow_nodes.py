@@ -29,9 +29,9 @@ class SlowNodes:
         2.0, "--straggler-ratio", section=SLOW, metavar="RATIO", commands=SCRIPTS,
         help="A rank whose compute time per step is this many times the median rank's is named a straggler"
              " (0: off).")
-    straggler_window: int = option(  # steps a rank's compute time is the mean of
+    straggler_window: int = option(  # steps a rank's compute time is the median of
         50, "--straggler-window", section=SLOW, metavar="STEPS", commands=SCRIPTS,
-        help="Steps a rank's compute time is averaged over.")
+        help="Steps a rank's compute time per step is the median of (a few slow steps name no rank).")
     straggler_action: str = option(  # or "exclude": a checkpoint, then on without its node
         "warn", "--straggler-action", section=SLOW, choices=STRAGGLER_ACTIONS, commands=SCRIPTS,
         help="warn: name it in the job log and `slurmgen watch`; exclude: also checkpoint and go on without its"
