@@ -28,7 +28,8 @@ from tests.e2e.test_hangs import UNEVEN, finished_every_step, reports
 # 20 steps, not 10, and each rank's figure is the median of its window (train.compute_time): on a
 # loaded machine a healthy rank alone on its node measured 3.4x the median over 10 steps, and its mean
 # over 20 steps 3.2x (CI-like runs, the second cluster's jobs on the same two cores), while a
-# throttled node is slow at every step.
+# throttled node is slow at most of its forwards (at 5% of a CPU, those that the quota refilled by the
+# 0.4 s step sleep cannot hold; its two ranks share it: named at 3.4x and 3.7x in a CI-like run).
 WINDOW = 20
 RATIO = 3
 
