@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import os
-import statistics
 import time
 
 from train import contract
@@ -56,6 +55,8 @@ def figure() -> float | None:
     """Median compute seconds per step over a full window, else None."""
     if _window is None or len(_window) < _window.maxlen:
         return None
+    import statistics  # here: the rank hooks import this module in every rank, the watch is off in most
+
     return statistics.median(_window)
 
 
