@@ -12,31 +12,48 @@ from slurmgen.plan.words import SpecError
 
 
 class Parse:
-    """`bash -n` on `text`, started now and read later (error()): it runs while the caller waits on
-    sinfo. No bash here: it parses."""
+    """`bash -n` on a script: bash started now, the text given now or later (feed()), the verdict read
+    last (error()). Started before the script is rendered, bash's own start costs a render nothing;
+    fed, it parses while the caller waits on sinfo. No bash here: it parses."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: Optional[str] = None):
+        self.said: Optional[str] = None
         bash = shutil.which("bash")
         self.proc = None if bash is None else subprocess.Popen(
             [bash, "-n"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if self.proc is not None:
-            try:  # bash reads as it parses, and stops at the first error
+        if text is not None:
+            self.feed(text)
+
+    def feed(self, text: str) -> "Parse":
+        """The whole script, once: bash reads as it parses and stops at the first error, so a pipe it
+        has closed is no fault here."""
+        if self.proc is not None and not self.proc.stdin.closed:
+            try:
                 self.proc.stdin.write(text.encode("utf-8", "surrogateescape"))
             except BrokenPipeError:
                 pass
-            finally:
+            try:
                 self.proc.stdin.close()
+            except BrokenPipeError:  # what was still buffered
+                pass
+        return self
+
+    def close(self) -> None:
+        """Nothing to parse after all: bash ends on an empty script, and is reaped."""
+        self.error()
 
     def error(self) -> Optional[str]:
-        """bash's first complaint, or None when it parses."""
-        if self.proc is None:
-            return None
-        with self.proc.stderr:
-            said = self.proc.stderr.read()
-        if self.proc.wait() == 0:
-            return None
-        lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
-        return re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.proc.returncode}"
+        """bash's first complaint, or None when it parses (read once, then kept); never fed, the
+        script is empty."""
+        self.feed("")
+        if self.proc is not None and self.proc.stderr is not None:
+            with self.proc.stderr:
+                said = self.proc.stderr.read()
+            self.proc.stderr = None
+            if self.proc.wait() != 0:
+                lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
+                self.said = re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.proc.returncode}"
+        return self.said
 
 
 def bash_error(text: str) -> Optional[str]:
