@@ -50,15 +50,15 @@ def test_the_bash_that_parses_the_script_starts_with_the_vetting(tmp_path):
 
     spec = JobSpec(gpus=(1,), setup=("fi",), log_dir=str(tmp_path)).validate()
     vetting = vet.start(spec, ask_cluster=False, scripts=True)
-    bash = vetting.bash.proc
-    assert bash.poll() is None  # waiting for the script
+    bash = vetting.parse.bash
+    assert bash.pid in _children() and bash.returncode is None  # waiting for the script
     with pytest.raises(SpecError, match=r"^--setup 'fi': not a shell line bash can parse \(line 1: syntax error near"
                                         r" unexpected token `fi'\)$"):
         vetting.judge(["#!/bin/bash\nfi\n"])
-    assert bash.returncode == 2 and vetting.bash is None
+    assert bash.returncode == 2 and vetting.parse is None
 
     vetting = vet.start(JobSpec(gpus=(1,), log_dir=str(tmp_path)).validate(), ask_cluster=False, scripts=True)
-    bash = vetting.bash.proc
+    bash = vetting.parse.bash
     vetting.judge(["#!/bin/bash\necho 'fine'\n"], places=False)
     assert bash.returncode == 0 and bash.pid not in _children()
 

@@ -4,11 +4,10 @@ is refused at render, not found by every node after the queue wait."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from typing import Optional
 
 from slurmgen.plan.words import SpecError
+from slurmgen.site.child_process import Child
 
 
 class Parse:
@@ -18,24 +17,17 @@ class Parse:
 
     def __init__(self, text: Optional[str] = None):
         self.said: Optional[str] = None
-        bash = shutil.which("bash")
-        self.proc = None if bash is None else subprocess.Popen(
-            [bash, "-n"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            self.bash: Optional[Child] = Child(["bash", "-n"], read=2, stdin=True)
+        except OSError:
+            self.bash = None
         if text is not None:
             self.feed(text)
 
     def feed(self, text: str) -> "Parse":
-        """The whole script, once: bash reads as it parses and stops at the first error, so a pipe it
-        has closed is no fault here."""
-        if self.proc is not None and not self.proc.stdin.closed:
-            try:
-                self.proc.stdin.write(text.encode("utf-8", "surrogateescape"))
-            except BrokenPipeError:
-                pass
-            try:
-                self.proc.stdin.close()
-            except BrokenPipeError:  # what was still buffered
-                pass
+        """The whole script, once (bash reads as it parses, and stops at the first error)."""
+        if self.bash is not None:
+            self.bash.feed(text.encode("utf-8", "surrogateescape"))
         return self
 
     def close(self) -> None:
@@ -45,14 +37,11 @@ class Parse:
     def error(self) -> Optional[str]:
         """bash's first complaint, or None when it parses (read once, then kept); never fed, the
         script is empty."""
-        self.feed("")
-        if self.proc is not None and self.proc.stderr is not None:
-            with self.proc.stderr:
-                said = self.proc.stderr.read()
-            self.proc.stderr = None
-            if self.proc.wait() != 0:
+        if self.bash is not None and self.bash.returncode is None:
+            said = self.bash.finish()
+            if self.bash.returncode != 0:
                 lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
-                self.said = re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.proc.returncode}"
+                self.said = re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.bash.returncode}"
         return self.said
 
 

@@ -33,7 +33,7 @@ class Vetting:
     def __init__(self, spec, runs=(), ask_cluster: bool = True, parse_args: bool = False, scripts: bool = False):
         self.spec, self.full, self.started = spec, parse_args, time.monotonic()
         self.asking = limits.Asking() if ask_cluster else limits.NoAnswer()
-        self.bash = shell_syntax.Parse() if scripts else None  # bash's start while the script is rendered
+        self.parse = shell_syntax.Parse() if scripts else None  # bash starts while the script is rendered
         self.no_model = train_args.missing_model(spec, runs)  # "" or the line saying so
         # with no model the check has its finding already; the parser would only repeat it
         self.args = None if self.no_model else train_args.start(spec, runs, full=parse_args)
@@ -68,7 +68,7 @@ class Vetting:
 
     def _parses(self, texts: list) -> list:
         """A started Parse of each text, the first by the bash started with the vetting."""
-        ready, self.bash = self.bash, None
+        ready, self.parse = self.parse, None
         if ready is None:
             return [shell_syntax.Parse(text) for text in texts]
         if not texts:
@@ -78,9 +78,9 @@ class Vetting:
 
     def close(self) -> None:
         """No script after all (start(scripts=True)): the bash started for it ends."""
-        if self.bash is not None:
-            self.bash.close()
-            self.bash = None
+        if self.parse is not None:
+            self.parse.close()
+            self.parse = None
 
     def findings(self, verdict):
         """check's verdict with the training arguments' findings: no model, or the parser's refusal,
