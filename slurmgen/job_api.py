@@ -141,6 +141,7 @@ class Job:
 
         _, copy, plan, vetting = _checked(lambda: render_steps.prepare(self.spec, output))
         if needs_submitter(plan):
+            vetting.close()
             raise JobError("a sweep of heterogeneous jobs or --prep is several scripts and the one that submits"
                            " them: write its job file (Job.config()) and use slurmgen render -f FILE -o FILE")
         text = render(plan, command=command_line(ENTRIES, self._params, output))

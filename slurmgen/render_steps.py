@@ -10,15 +10,20 @@ from slurmgen.site import vet
 
 def prepare(spec, output: str, parse_args: bool = False):
     """(spec with its code snapshot, the snapshot's Copy or None, the plan, the vetting). The vetting
-    starts first: its sinfo runs while the rest is done. parse_args: the training arguments' parser
-    too (render --check)."""
-    vetting = vet.start(spec, parse_args=parse_args)
+    starts first: its sinfo runs, and the bash that parses the script starts, while the rest is done
+    (notes() gives it the script; vetting.close() where none comes). parse_args: the training
+    arguments' parser too (render --check)."""
+    vetting = vet.start(spec, parse_args=parse_args, scripts=True)
     copy = None
-    if spec.script is not None:  # the snapshot code only where there is code (issue 43: ~2.5 ms a render)
-        from slurmgen.snapshot import take
+    try:
+        if spec.script is not None:  # the snapshot code only where there is code (issue 43: ~2.5 ms a render)
+            from slurmgen.snapshot import take
 
-        spec, copy = take(spec, output)  # measured now, copied with the script
-    return spec, copy, materialize(spec), vetting
+            spec, copy = take(spec, output)  # measured now, copied with the script
+        return spec, copy, materialize(spec), vetting
+    except BaseException:
+        vetting.close()
+        raise
 
 
 def notes(vetting, plan, texts: list, check_first: bool = False) -> list:

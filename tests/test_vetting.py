@@ -34,6 +34,47 @@ def test_setup_line_that_bash_cannot_parse_is_refused(render_args, tmp_path, mon
                     " (line 1: unexpected EOF while looking for matching `\"')", tmp_path)
 
 
+def _children() -> set:
+    """This process's child processes, as the kernel lists them."""
+    pid = os.getpid()
+    return {int(child) for task in os.listdir(f"/proc/{pid}/task")
+            for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
+
+
+def test_the_bash_that_parses_the_script_starts_with_the_vetting(tmp_path):
+    """Started before the script is rendered (its start costs a render nothing), given the script
+    later: it refuses a bad --setup there as at once, passes a good script, and is reaped."""
+    from slurmgen.plan.spec import JobSpec
+    from slurmgen.plan.words import SpecError
+    from slurmgen.site import vet
+
+    spec = JobSpec(gpus=(1,), setup=("fi",), log_dir=str(tmp_path)).validate()
+    vetting = vet.start(spec, ask_cluster=False, scripts=True)
+    bash = vetting.parse.bash
+    assert bash.pid in _children() and bash.returncode is None  # waiting for the script
+    with pytest.raises(SpecError, match=r"^--setup 'fi': not a shell line bash can parse \(line 1: syntax error near"
+                                        r" unexpected token `fi'\)$"):
+        vetting.judge(["#!/bin/bash\nfi\n"])
+    assert bash.returncode == 2 and vetting.parse is None
+
+    vetting = vet.start(JobSpec(gpus=(1,), log_dir=str(tmp_path)).validate(), ask_cluster=False, scripts=True)
+    bash = vetting.parse.bash
+    vetting.judge(["#!/bin/bash\necho 'fine'\n"], places=False)
+    assert bash.returncode == 0 and bash.pid not in _children()
+
+
+def test_a_vetting_with_no_script_after_all_leaves_no_bash(tmp_path):
+    """A Job whose render stops between the vetting's start and the script (a sweep of het jobs is
+    several scripts: refused) ends the bash started for it."""
+    import slurmgen
+
+    before = _children()
+    with pytest.raises(slurmgen.JobError, match="several scripts"):
+        slurmgen.Job(nodes=2, gpus=1, prep=True, log_dir=str(tmp_path),
+                     args=["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "o"]).render()
+    assert _children() == before
+
+
 SINFO = "node1|gpu*|gpu:1|idle|16|none|128000\nnode2|gpu*|gpu:1|idle|16|none|128000\n" \
         "node3|gpu*|gpu:2|idle|32|none|128000\nnode4|gpu*|gpu:2|idle|32|none|128000\n"
 ARGS_FAIL = "result: the layout can run, but the training arguments would fail on every rank after the queue wait"

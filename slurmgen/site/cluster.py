@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 
 from slurmgen.frozen_records import frozen
 
@@ -82,6 +81,8 @@ def parse_sinfo(text: str) -> tuple[str, list[Node]]:
 
 
 def _run(cmd: list[str]) -> str:
+    import subprocess  # here: a render, which never runs this, imports none (issue 43)
+
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:

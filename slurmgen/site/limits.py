@@ -6,13 +6,12 @@ counts are held to a stated ceiling and the rest is Slurm's to judge."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections import Counter
 from typing import Optional
 
 from slurmgen.plan.words import SpecError, compact_gpus
 from slurmgen.site import features
+from slurmgen.site.child_process import Child
 from slurmgen.site.cluster import SINFO_FORMAT, Node, parse_sinfo
 
 # Where sinfo does not answer: more GPUs than any node has (8 GPUs of 7 MIG slices each is 56).
@@ -24,28 +23,19 @@ class Asking:
     """sinfo, started now, read later; nodes() is None where it is missing or does not answer."""
 
     def __init__(self):
-        self.proc = None
         self.default = ""  # the default partition, once nodes() read it
-        if shutil.which("sinfo"):
-            try:
-                # -a: hidden partitions too, which take jobs all the same (no partition refused for being hidden)
-                self.proc = subprocess.Popen(["sinfo", "-a", "-h", "-N", "-o", SINFO_FORMAT], stdout=subprocess.PIPE,
-                                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
-                                             errors="replace")
-            except OSError:
-                self.proc = None
+        try:
+            # -a: hidden partitions too, which take jobs all the same (no partition refused for being hidden)
+            self.sinfo: Optional[Child] = Child(["sinfo", "-a", "-h", "-N", "-o", SINFO_FORMAT])
+        except OSError:
+            self.sinfo = None
 
     def nodes(self) -> Optional[list[Node]]:
-        if self.proc is None:
+        out = None if self.sinfo is None else self.sinfo.finish(WAIT_SECONDS)
+        if out is None:
             return None
-        try:
-            out, _ = self.proc.communicate(timeout=WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
-            return None
-        self.default, nodes = parse_sinfo(out)
-        return nodes if self.proc.returncode == 0 and nodes else None
+        self.default, nodes = parse_sinfo(out.decode(errors="replace"))
+        return nodes if self.sinfo.returncode == 0 and nodes else None
 
 
 class NoAnswer:

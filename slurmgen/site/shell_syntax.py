@@ -4,39 +4,45 @@ is refused at render, not found by every node after the queue wait."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from typing import Optional
 
 from slurmgen.plan.words import SpecError
+from slurmgen.site.child_process import Child
 
 
 class Parse:
-    """`bash -n` on `text`, started now and read later (error()): it runs while the caller waits on
-    sinfo. No bash here: it parses."""
+    """`bash -n` on a script: bash started now, the text given now or later (feed()), the verdict read
+    last (error()). Started before the script is rendered, bash's own start costs a render nothing;
+    fed, it parses while the caller waits on sinfo. No bash here: it parses."""
 
-    def __init__(self, text: str):
-        bash = shutil.which("bash")
-        self.proc = None if bash is None else subprocess.Popen(
-            [bash, "-n"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if self.proc is not None:
-            try:  # bash reads as it parses, and stops at the first error
-                self.proc.stdin.write(text.encode("utf-8", "surrogateescape"))
-            except BrokenPipeError:
-                pass
-            finally:
-                self.proc.stdin.close()
+    def __init__(self, text: Optional[str] = None):
+        self.said: Optional[str] = None
+        try:
+            self.bash: Optional[Child] = Child(["bash", "-n"], read=2, stdin=True)
+        except OSError:
+            self.bash = None
+        if text is not None:
+            self.feed(text)
+
+    def feed(self, text: str) -> "Parse":
+        """The whole script, once (bash reads as it parses, and stops at the first error)."""
+        if self.bash is not None:
+            self.bash.feed(text.encode("utf-8", "surrogateescape"))
+        return self
+
+    def close(self) -> None:
+        """Nothing to parse after all: bash ends on an empty script, and is reaped."""
+        self.error()
 
     def error(self) -> Optional[str]:
-        """bash's first complaint, or None when it parses."""
-        if self.proc is None:
-            return None
-        with self.proc.stderr:
-            said = self.proc.stderr.read()
-        if self.proc.wait() == 0:
-            return None
-        lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
-        return re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.proc.returncode}"
+        """bash's first complaint, or None when it parses (read once, then kept); never fed, the
+        script is empty."""
+        if self.bash is not None and self.bash.returncode is None:
+            said = self.bash.finish()
+            if self.bash.returncode != 0:
+                lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
+                self.said = re.sub(r"^\S*bash: ", "", lines[0]) if lines else f"exit status {self.bash.returncode}"
+        return self.said
 
 
 def bash_error(text: str) -> Optional[str]:

@@ -13,7 +13,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from typing import Optional
 
@@ -78,6 +77,8 @@ class ArgsCheck:
             self.options = None  # a read-only home: no list kept, the parse still runs
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
         arg = json.dumps(lists, ensure_ascii=True)  # undecodable bytes (surrogates) travel as \\u escapes
+        import subprocess  # here: a render whose arguments were checked before imports none (issue 43)
+
         self.proc = subprocess.Popen(tool_command("train.args_check", [module, arg, *filter(None, [self.options])]),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 

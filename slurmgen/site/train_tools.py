@@ -4,7 +4,6 @@ need torch, transformers and TRL, which slurmgen itself never imports."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 from slurmgen.frozen_records import frozen
@@ -33,6 +32,8 @@ def tool_command(module: str, args: list[str]) -> list[str]:
 
 
 def run_tool(module: str, args: list[str]) -> ToolRun:
+    import subprocess  # here: a render, which never runs a tool, imports none (issue 43)
+
     run = subprocess.run(tool_command(module, args), capture_output=True, text=True)
     errors = [line for line in run.stderr.splitlines() if line.strip()]
     why = errors[-1] if errors else f"exit status {run.returncode}"

@@ -17,20 +17,23 @@ from slurmgen.site import limits, shell_syntax, train_args
 ARGS_FAIL = "the layout can run, but the training arguments would fail on every rank after the queue wait"
 
 
-def start(spec, ask_cluster: bool = True, parse_args: bool = False) -> "Vetting":
+def start(spec, ask_cluster: bool = True, parse_args: bool = False, scripts: bool = False) -> "Vetting":
     """The checks, started (a sweep's runs each have their training arguments): they run while the
     command renders or submits. parse_args: the training arguments by the entry point's own parser,
-    for check's verdict (else against its option list, refused by judge())."""
+    for check's verdict (else against its option list, refused by judge()). scripts: judge() will
+    be given the scripts the caller renders now (bash is started for the first at once; close()
+    where none comes)."""
     from slurmgen.plan import sweep
 
     runs = sweep.expand(spec.sweep, spec.sweep_mode, spec.train_args) if spec.sweep else ()
-    return Vetting(spec, runs, ask_cluster, parse_args)
+    return Vetting(spec, runs, ask_cluster, parse_args, scripts)
 
 
 class Vetting:
-    def __init__(self, spec, runs=(), ask_cluster: bool = True, parse_args: bool = False):
+    def __init__(self, spec, runs=(), ask_cluster: bool = True, parse_args: bool = False, scripts: bool = False):
         self.spec, self.full, self.started = spec, parse_args, time.monotonic()
         self.asking = limits.Asking() if ask_cluster else limits.NoAnswer()
+        self.parse = shell_syntax.Parse() if scripts else None  # bash starts while the script is rendered
         self.no_model = train_args.missing_model(spec, runs)  # "" or the line saying so
         # with no model the check has its finding already; the parser would only repeat it
         self.args = None if self.no_model else train_args.start(spec, runs, full=parse_args)
@@ -43,7 +46,7 @@ class Vetting:
         (check's verdict says those per component instead)."""
         spec = self.spec
         texts = list(scripts) or (["\n".join(spec.setup) + "\n"] if spec.setup else [])  # submit: its setup lines
-        parses = [shell_syntax.Parse(text) for text in texts]  # bash parses while sinfo is awaited
+        parses = self._parses(texts)  # bash parses while sinfo is awaited
         nodes = self.asking.nodes()
         for text, parse in zip(texts, parses):
             shell_syntax.check_script(text, spec.setup, parse)
@@ -62,6 +65,22 @@ class Vetting:
                             f" {time.monotonic() - self.started:.0f} s, once for these libraries; from now on"
                             " its option list, kept in ~/.cache/slurmgen, is read)")
         return [f"warning: {line}" for line in advice] + said
+
+    def _parses(self, texts: list) -> list:
+        """A started Parse of each text, the first by the bash started with the vetting."""
+        ready, self.parse = self.parse, None
+        if ready is None:
+            return [shell_syntax.Parse(text) for text in texts]
+        if not texts:
+            ready.close()
+            return []
+        return [ready.feed(texts[0])] + [shell_syntax.Parse(text) for text in texts[1:]]
+
+    def close(self) -> None:
+        """No script after all (start(scripts=True)): the bash started for it ends."""
+        if self.parse is not None:
+            self.parse.close()
+            self.parse = None
 
     def findings(self, verdict):
         """check's verdict with the training arguments' findings: no model, or the parser's refusal,

@@ -1,0 +1,54 @@
+"""slurmgen.site.child_process: how render runs sinfo and bash -n without the subprocess module
+(issue 43): output read whole, a program that does not answer killed at the deadline, a reader that
+stops early no fault, a missing program an OSError the callers turn into "no answer"."""
+import time
+
+import pytest
+
+from slurmgen.site import limits
+from slurmgen.site.child_process import Child
+from slurmgen.site.shell_syntax import Parse, bash_error
+
+pytestmark = [pytest.mark.unit, pytest.mark.machine_vetting]  # limits.Asking itself
+
+
+def test_its_output_is_read_whole_past_a_pipes_buffer():
+    child = Child(["head", "-c", "300000", "/dev/zero"])
+    assert (len(child.finish()), child.returncode) == (300000, 0)
+    assert child.finish() == b"\0" * 300000  # read once, kept
+
+
+def test_stderr_is_read_and_stdout_dropped_when_asked():
+    child = Child(["sh", "-c", "echo out; echo err >&2; exit 3"], read=2)
+    assert (child.finish(), child.returncode) == (b"err\n", 3)
+
+
+def test_a_program_past_its_deadline_is_killed_and_reaped():
+    child = Child(["sleep", "30"])
+    start = time.monotonic()
+    assert child.finish(0.3) is None
+    assert time.monotonic() - start < 5 and child.returncode == -9
+
+
+def test_a_missing_program_is_an_oserror_and_sinfo_missing_is_no_answer(monkeypatch, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Child(["slurmgen-no-such-program"])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert limits.Asking().nodes() is None
+    assert Parse("fi\n").error() is None  # no bash here: it parses
+
+
+def test_sinfo_that_does_not_answer_is_no_answer_within_the_wait(monkeypatch, tmp_path):
+    (tmp_path / "sinfo").write_text("#!/bin/sh\nexec sleep 30\n")
+    (tmp_path / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(limits, "WAIT_SECONDS", 0.3)
+    asking = limits.Asking()
+    assert asking.nodes() is None and asking.sinfo.returncode == -9
+
+
+def test_bash_that_stops_reading_at_its_first_error_is_no_fault():
+    """A megabyte after the error: bash has closed the pipe long before it is all written."""
+    error = bash_error("fi\n" + "# filler\n" * 120000)
+    assert error == "line 1: syntax error near unexpected token `fi'"
+    assert bash_error("echo 'fine'\n" + "# filler\n" * 120000) is None
