@@ -52,3 +52,22 @@ def test_bash_that_stops_reading_at_its_first_error_is_no_fault():
     error = bash_error("fi\n" + "# filler\n" * 120000)
     assert error == "line 1: syntax error near unexpected token `fi'"
     assert bash_error("echo 'fine'\n" + "# filler\n" * 120000) is None
+
+
+def test_a_child_read_through_a_descriptor_past_1024():
+    """A host process with many files open (a notebook, a server) gets pipes past select()'s 1024."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 2048), hard))  # root, or a hard limit above it
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        child = Child(["echo", "far"])
+        assert child.out > 1024
+        assert (child.finish(5), child.returncode) == (b"far\n", 0)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

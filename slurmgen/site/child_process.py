@@ -62,10 +62,12 @@ class Child:
         self.feed(b"")
         deadline = None if timeout is None else time.monotonic() + timeout
         chunks = []
+        ready = select.poll()  # poll, not select: a descriptor past 1024 in a busy host process
+        ready.register(self.out, select.POLLIN)
         try:
             while True:
                 left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and (left <= 0 or not select.select([self.out], [], [], left)[0]):
+                if left is not None and (left <= 0 or not ready.poll(left * 1000)):
                     os.kill(self.pid, SIGKILL)
                     break
                 chunk = os.read(self.out, 65536)
