@@ -82,7 +82,7 @@ def main():
         mf = {name: statistics.median(times) for name, times in floor.items()}
         print(f"slurmgen render 1,1,2,2:            median {ma * 1000:7.1f} ms over {args.runs} runs")
         print(f"torchx dryrun dist.ddp -j 4x2:      median {mb * 1000:7.1f} ms over {args.runs} runs")
-        print(f"ratio slurmgen/torchx:              {ma / mb:.2f} (target <= 0.35)")
+        print(f"ratio slurmgen/torchx:              {ma / mb:.3f} (target <= 0.35)")
         print("before any slurmgen code:           " + ", ".join(f"{name} {t * 1000:.1f} ms" for name, t in mf.items())
               + f": {mf['+ jinja2'] / mb:.2f} of torchx")
         if args.instructions and shutil.which("valgrind"):
