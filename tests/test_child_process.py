@@ -47,11 +47,24 @@ def test_sinfo_that_does_not_answer_is_no_answer_within_the_wait(monkeypatch, tm
     assert asking.nodes() is None and asking.sinfo.returncode == -9
 
 
-def test_bash_that_stops_reading_at_its_first_error_is_no_fault():
-    """A megabyte after the error: bash has closed the pipe long before it is all written."""
+def test_a_megabyte_of_script_is_parsed_and_its_error_said_at_its_own_line():
+    """The whole text through the pipe (a bash that stopped reading early would be no fault either),
+    bash's line numbers those of the text, not of the `set -n` put before it."""
     error = bash_error("fi\n" + "# filler\n" * 120000)
     assert error == "line 1: syntax error near unexpected token `fi'"
     assert bash_error("echo 'fine'\n" + "# filler\n" * 120000) is None
+    assert bash_error("echo a\necho b\nfi\n") == "line 3: syntax error near unexpected token `fi'"
+
+
+def test_the_parse_runs_no_line_of_the_script_nor_the_users_bash_env(tmp_path, monkeypatch):
+    """bash parses as `bash -n` does: nothing of the text runs (`set +n` and `exec` included), and a
+    BASH_ENV (a site's module init, which a plain non-interactive bash sources) is not sourced."""
+    marks = [tmp_path / name for name in ("plain", "after-set+n", "substituted", "exec", "bash-env")]
+    (tmp_path / "env.sh").write_text(f"touch {marks[4]}\n")
+    monkeypatch.setenv("BASH_ENV", str(tmp_path / "env.sh"))
+    text = f"touch {marks[0]}\nset +n\ntouch {marks[1]}\necho $(touch {marks[2]})\nexec touch {marks[3]}\n"
+    assert bash_error(text) is None
+    assert [mark.name for mark in marks if mark.exists()] == []
 
 
 def test_a_child_read_through_a_descriptor_past_1024():

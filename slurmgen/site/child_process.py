@@ -17,10 +17,11 @@ SIGKILL = 9  # signal.SIGKILL, without the signal module's import
 
 class Child:
     """`argv` (found on PATH) started now: its stdin a pipe for feed() (stdin=True) or /dev/null, one
-    of its output streams (`read`: 1 stdout, 2 stderr) kept for finish(), the other to /dev/null.
-    FileNotFoundError where the program is not there."""
+    of its output streams (`read`: 1 stdout, 2 stderr) kept for finish(), the other to /dev/null;
+    `env` its environment (this process's by default). FileNotFoundError where the program is not
+    there."""
 
-    def __init__(self, argv: list, read: int = 1, stdin: bool = False):
+    def __init__(self, argv: list, read: int = 1, stdin: bool = False, env: Optional[dict] = None):
         self.returncode: Optional[int] = None
         self.output: Optional[bytes] = None
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -29,7 +30,7 @@ class Child:
         actions = [(os.POSIX_SPAWN_DUP2, in_end, 0), (os.POSIX_SPAWN_DUP2, out_end, read),
                    (os.POSIX_SPAWN_DUP2, devnull, 3 - read)]
         try:
-            self.pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
+            self.pid = os.posix_spawnp(argv[0], argv, os.environ if env is None else env, file_actions=actions)
         except BaseException:
             for fd in (self.out, self.stdin):
                 if fd is not None:
