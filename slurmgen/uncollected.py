@@ -1,10 +1,11 @@
 """Imports without garbage collection (issue 43): what a command's imports make lives as long as the
 process, so collecting among it is wasted work (~7 ms of a render's CPU went to it). What was
 imported is then frozen, so that a long-running command's collections do not walk it again either;
-frozen only in the command's own process (slurmgen.cli.main): where slurmgen is a library (a test
-run, a notebook), a freeze would keep the host's uncollected garbage for good. A quick command's
-process then ends without the interpreter's teardown, which frees every object one by one (~2% of
-a render's work): Instagram's gc.freeze with os._exit, where nothing waits for the teardown."""
+frozen only in the command's own process (marked by slurmgen.__main__ before click is imported):
+where slurmgen is a library (a test run, a notebook), a freeze would keep the host's uncollected
+garbage for good. A quick command's process then ends without the interpreter's teardown, which
+frees every object one by one (~2% of a render's work): Instagram's gc.freeze with os._exit, where
+nothing waits for the teardown."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 from contextlib import contextmanager
 
 
-_command = False  # this process is the slurmgen command (set by slurmgen.cli.main)
+_command = False  # this process is the slurmgen command (set by slurmgen.__main__ and slurmgen.cli.main)
 _quick = False  # ... running a command that writes its files with `with` and leaves no thread
 
 
