@@ -1,7 +1,7 @@
 """The `slurmgen` command's process (its console script, and `python -m slurmgen`): marked as the
 command before the command group is imported, so that the imports of click and jinja2 are frozen
-(slurmgen.uncollected) rather than walked by the full collection that re-enabling the collector
-brings on: ~2 ms of every command. A library that imports slurmgen.cli keeps its collections."""
+(slurmgen.uncollected) rather than walked, all of them, by the collection that re-enabling the
+collector brings on: ~2 ms of every command. A library that imports slurmgen.cli keeps its collections."""
 
 
 def main():

@@ -1,6 +1,7 @@
 """slurmgen.site.child_process: how render runs sinfo and bash -n without the subprocess module
 (issue 43): output read whole, a program that does not answer killed at the deadline, a reader that
 stops early no fault, a missing program an OSError the callers turn into "no answer"."""
+import os
 import time
 
 import pytest
@@ -65,6 +66,22 @@ def test_the_parse_runs_no_line_of_the_script_nor_the_users_bash_env(tmp_path, m
     text = f"touch {marks[0]}\nset +n\ntouch {marks[1]}\necho $(touch {marks[2]})\nexec touch {marks[3]}\n"
     assert bash_error(text) is None
     assert [mark.name for mark in marks if mark.exists()] == []
+
+
+def test_where_dot_cannot_open_dev_stdin_the_text_goes_to_bash_n(tmp_path, monkeypatch):
+    """A machine without /proc (no /dev/stdin to open): bash's `.` fails with status 1, and the same
+    text is parsed by `bash -n`, with the same verdicts and line numbers, and still runs nothing."""
+    import shutil
+
+    calls = tmp_path / "calls"
+    (tmp_path / "bash").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\n"
+                                   f"[ \"$1\" = -c ] && exec {shutil.which('bash')} -c '. /dev/no-stdin-here'\n"
+                                   f"exec {shutil.which('bash')} \"$@\"\n")
+    (tmp_path / "bash").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert bash_error("echo a\nfi\n") == "line 2: syntax error near unexpected token `fi'"
+    assert bash_error(f"touch {tmp_path / 'ran'}\n") is None and not (tmp_path / "ran").exists()
+    assert calls.read_text().splitlines() == ["-c . /dev/stdin", "-n"] * 2
 
 
 def test_a_child_read_through_a_descriptor_past_1024():

@@ -15,7 +15,10 @@ from slurmgen.site.child_process import Child
 # `.` reads its file whole, in blocks; the text's own first line, `set -n`, then has the rest parsed
 # and never run, as bash -n does. An empty environment: no BASH_ENV (sourced by a non-interactive
 # bash that is not -n: a site's module init), SHELLOPTS or BASHOPTS changes what is parsed or run.
+# Where `.` cannot open /dev/stdin (no /proc), bash says so with status 1 (a parse error is 2): the
+# text goes to `bash -n` instead.
 _BASH = ["bash", "-c", ". /dev/stdin"]
+_NOT_OPENED = 1
 _NO_EXEC = b"set -n\n"
 _WHERE = r"^(?:\S*bash: )?(?:/dev/stdin: )?line (\d+): "  # bash's "where", then in the text's own lines
 
@@ -27,6 +30,7 @@ class Parse:
 
     def __init__(self, text: Optional[str] = None):
         self.said: Optional[str] = None
+        self.text = b""
         try:
             self.bash: Optional[Child] = Child(_BASH, read=2, stdin=True, env={})
         except OSError:
@@ -37,7 +41,8 @@ class Parse:
     def feed(self, text: str) -> "Parse":
         """The whole script, once (bash reads it all, then parses)."""
         if self.bash is not None:
-            self.bash.feed(_NO_EXEC + text.encode("utf-8", "surrogateescape"))
+            self.text = text.encode("utf-8", "surrogateescape")
+            self.bash.feed(_NO_EXEC + self.text)
         return self
 
     def close(self) -> None:
@@ -49,6 +54,10 @@ class Parse:
         script is empty."""
         if self.bash is not None and self.bash.returncode is None:
             said = self.bash.finish()
+            if self.bash.returncode == _NOT_OPENED:
+                self.bash = Child(["bash", "-n"], read=2, stdin=True, env={})
+                self.bash.feed(_NO_EXEC + self.text)  # the same lines as through `.`
+                said = self.bash.finish()
             if self.bash.returncode != 0:
                 lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
                 self.said = (re.sub(_WHERE, lambda where: f"line {int(where.group(1)) - 1}: ", lines[0]) if lines
