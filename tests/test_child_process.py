@@ -2,6 +2,7 @@
 (issue 43): output read whole, a program that does not answer killed at the deadline, a reader that
 stops early no fault, a missing program an OSError the callers turn into "no answer"."""
 import os
+import shutil
 import time
 
 import pytest
@@ -71,8 +72,6 @@ def test_the_parse_runs_no_line_of_the_script_nor_the_users_bash_env(tmp_path, m
 def test_where_dot_cannot_open_dev_stdin_the_text_goes_to_bash_n(tmp_path, monkeypatch):
     """A machine without /proc (no /dev/stdin to open): bash's `.` fails with status 1, and the same
     text is parsed by `bash -n`, with the same verdicts and line numbers, and still runs nothing."""
-    import shutil
-
     calls = tmp_path / "calls"
     (tmp_path / "bash").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\n"
                                    f"[ \"$1\" = -c ] && exec {shutil.which('bash')} -c '. /dev/no-stdin-here'\n"
@@ -86,7 +85,6 @@ def test_where_dot_cannot_open_dev_stdin_the_text_goes_to_bash_n(tmp_path, monke
 
 def test_a_child_read_through_a_descriptor_past_1024():
     """A host process with many files open (a notebook, a server) gets pipes past select()'s 1024."""
-    import os
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -30,7 +30,7 @@ class Parse:
 
     def __init__(self, text: Optional[str] = None):
         self.said: Optional[str] = None
-        self.text = b""
+        self.fed = b""  # what bash was given, `set -n` first: kept for the fallback
         try:
             self.bash: Optional[Child] = Child(_BASH, read=2, stdin=True, env={})
         except OSError:
@@ -41,8 +41,8 @@ class Parse:
     def feed(self, text: str) -> "Parse":
         """The whole script, once (bash reads it all, then parses)."""
         if self.bash is not None:
-            self.text = text.encode("utf-8", "surrogateescape")
-            self.bash.feed(_NO_EXEC + self.text)
+            self.fed = _NO_EXEC + text.encode("utf-8", "surrogateescape")
+            self.bash.feed(self.fed)
         return self
 
     def close(self) -> None:
@@ -56,7 +56,7 @@ class Parse:
             said = self.bash.finish()
             if self.bash.returncode == _NOT_OPENED:
                 self.bash = Child(["bash", "-n"], read=2, stdin=True, env={})
-                self.bash.feed(_NO_EXEC + self.text)  # the same lines as through `.`
+                self.bash.feed(self.fed)  # the same lines as through `.`
                 said = self.bash.finish()
             if self.bash.returncode != 0:
                 lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
